@@ -1,0 +1,39 @@
+#pragma once
+// The resources the conformance suite runs over. Each fixture makes one resource and says
+// what can be checked on it. Add a fixture here when a resource lands, and list it below.
+
+#include <cstddef>
+#include <tuple>
+
+#include <vram/source/host_source.hpp>
+#include <vram/source/simulated_device_source.hpp>
+
+namespace vram::test {
+
+struct host_source_fixture {
+  static constexpr const char* name = "host_source";
+  static constexpr bool host_accessible = true;  // tests may write into the memory
+  static host_source make() { return host_source{}; }
+};
+
+struct simulated_device_fixture {
+  static constexpr const char* name = "simulated_device_source";
+  static constexpr bool host_accessible = false;
+  static simulated_device_source make() {
+    return simulated_device_source(simulated_device_options{.capacity = std::size_t{1} << 30, .granularity = 256});
+  }
+};
+
+struct simulated_contiguous_fixture {
+  static constexpr const char* name = "simulated_device_source (contiguous)";
+  static constexpr bool host_accessible = false;
+  static simulated_device_source make() {
+    return simulated_device_source(
+        simulated_device_options{.capacity = std::size_t{1} << 30, .granularity = 4096, .contiguous = true});
+  }
+};
+
+/// Every host-side resource: the conformance suite runs on each.
+using host_fixtures = std::tuple<host_source_fixture, simulated_device_fixture, simulated_contiguous_fixture>;
+
+}  // namespace vram::test
