@@ -1,0 +1,33 @@
+#pragma once
+// The umbrella header: everything in vram that compiles without CUDA, plus the CUDA sources
+// when VRAM_HAS_CUDA. Prefer the individual headers in your own code.
+
+// core/
+#include <vram/core/alignment.hpp>
+#include <vram/core/any_resource.hpp>
+#include <vram/core/concepts.hpp>
+#include <vram/core/error.hpp>
+#include <vram/core/error_handler.hpp>
+#include <vram/core/event.hpp>
+#include <vram/core/host_stream.hpp>
+#include <vram/core/observer.hpp>
+#include <vram/core/properties.hpp>
+#include <vram/core/resource_ref.hpp>
+#include <vram/core/stats.hpp>
+#include <vram/core/stream_ref.hpp>
+
+// source/
+#include <vram/source/cuda_async_source.hpp>
+#include <vram/source/cuda_device_source.hpp>
+#include <vram/source/cuda_managed_source.hpp>
+#include <vram/source/cuda_pinned_source.hpp>
+#include <vram/source/host_source.hpp>
+#include <vram/source/simulated_device_source.hpp>
+
+// alloc/
+
+// adaptor/
+
+// trace/
+
+// interop/
