@@ -1,0 +1,974 @@
+#pragma once
+// vram::stream_pool: the general-purpose, stream-ordered pool (best fit with coalescing,
+// size-class fast path, stream-ordered reuse, growth and release). Design: docs/stream_pool.md.
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <vram/core/alignment.hpp>
+#include <vram/core/concepts.hpp>
+#include <vram/core/error_handler.hpp>
+#include <vram/core/observer.hpp>
+#include <vram/core/properties.hpp>
+#include <vram/core/stats.hpp>
+#include <vram/core/stream_ref.hpp>
+#include <vram/detail/pool_flat_map.hpp>
+#include <vram/detail/pool_size_classes.hpp>
+#include <vram/detail/pool_spin_lock.hpp>
+#include <vram/detail/pool_stream_marker.hpp>
+#include <vram/detail/throw.hpp>
+#include <vram/source/host_source.hpp>  // for the static_assert below
+
+namespace vram {
+
+/// How a stream_pool grows, caps and caches.
+struct stream_pool_options {
+  /// Bytes taken from the upstream at construction (0: grow on demand).
+  std::size_t initial_size = 0;
+  /// The most bytes the pool holds from its upstream (0: as much as the upstream gives).
+  std::size_t maximum_size = 0;
+  /// Bytes added per growth, never less than the request. 0 (auto): with a contiguous
+  /// upstream, exactly what is missing (rounded to its granularity: growth is in place, so
+  /// small steps cost nothing in fragmentation); otherwise 64 MiB.
+  std::size_t growth_step = 0;
+  /// Largest request served from the per-stream size-class bins (0: no bins). At most 1 MiB.
+  std::size_t small_max = detail::pool_size_classes::max_small;
+  /// Per stream, the most bytes of small blocks kept in bins (beyond that they go back to
+  /// the shared best-fit heap, where they coalesce).
+  std::size_t lane_cache_bytes = std::size_t{32} << 20;
+  /// Per stream and size class, the most blocks kept in a bin.
+  std::size_t bin_capacity = 64;
+};
+
+/// A stream-ordered memory pool over any upstream resource.
+///
+/// Purpose: the allocator most users want. Requests are rounded to 256 bytes and served by
+/// best fit (smallest adequate free block, lowest address among equals) from free blocks
+/// carved out of large upstream chunks; freed blocks coalesce with free neighbours at once.
+/// Requests up to `small_max` are rounded to a size class and served from a per-stream bin
+/// (a LIFO pop under that stream's own lock) before the shared heap is consulted.
+///
+/// Streams: a block freed on stream S is keyed to S and reused on S at once (stream order
+/// makes that safe). Another stream T takes it only after `T` waits on a marker recorded on
+/// S at steal time (cudaStreamWaitEvent on CUDA; a waiting task on host streams); only the
+/// synchronous stream (allocate_sync) blocks the calling thread for that. Before growing, the
+/// pool records a marker on each stream holding free blocks and, once it is seen complete
+/// (queried, never waited for), re-keys the blocks freed before it to "any stream", so
+/// idle streams never strand memory. Blocks freed on the synchronous stream serve everyone.
+/// Streams that freed blocks into the pool must outlive it or be idle when it grows: CUDA
+/// streams are recorded with cudaEventRecord (host streams are tracked through their shared
+/// state, so a destroyed host_stream is harmless).
+///
+/// Thread safety: all members may be called concurrently. Each stream has a "lane" (bins,
+/// live-block map, counters) under its own small lock; the best-fit heap has one mutex taken
+/// only on bin misses, large requests, frees that overflow a bin, growth and release. Threads
+/// that each use their own stream do not contend on the small-size path (beyond one shared
+/// atomic counter of live bytes that keeps peak_live_bytes exact).
+///
+/// Alignment: every block is 256-byte aligned; larger alignments are served from the heap.
+/// Upstream: held by value and owned; chunks go back to it in release() and the destructor.
+/// With a contiguous upstream (has_contiguous_growth, contiguous() true: cuda_vmm_source,
+/// simulated_device_source in contiguous mode) adjacent chunks merge, so the pool grows in
+/// place and release() can return any granularity-aligned free piece.
+/// Complexity: bin hit O(1); heap O(log n + s) with n free blocks and s streams holding free
+/// blocks (the steal search); growth and release O(chunks + blocks touched).
+/// Zero bytes: allocate returns nullptr; deallocate(nullptr, ...) does nothing.
+/// Misuse (foreign pointer, double free, wrong size) is reported through report_misuse and
+/// changes nothing.
+template <class Upstream, class Observer = no_observer>
+class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, Upstream> {
+  using classes = detail::pool_size_classes;
+  static constexpr std::size_t quantum = classes::quantum;
+  static constexpr std::size_t max_lanes = 64;
+  static constexpr std::size_t default_growth_step = std::size_t{64} << 20;
+
+ public:
+  explicit stream_pool(Upstream upstream = Upstream{}, stream_pool_options options = {}, Observer observer = {})
+      : upstream_(std::move(upstream)), observer_(std::move(observer)), options_(options) {
+    if (options_.small_max > classes::max_small)
+      detail::throw_invalid_argument(name(), "small_max above the largest size class (1 MiB)");
+    if (options_.maximum_size != 0 && options_.initial_size > options_.maximum_size)
+      detail::throw_invalid_argument(name(), "initial_size above maximum_size");
+    if constexpr (has_contiguous_growth<Upstream>) {
+      contiguous_ = upstream_.contiguous();
+      granularity_ = std::max(quantum, upstream_.granularity());
+    }
+    if (options_.initial_size != 0) {
+      std::lock_guard lock(heap_mutex_);
+      grow_by(align_up(options_.initial_size, granularity_), 0);
+    }
+  }
+
+  stream_pool(const stream_pool&) = delete;
+  stream_pool& operator=(const stream_pool&) = delete;
+
+  /// Gives every chunk back. Waits (blocking) for the work pending on streams that freed
+  /// blocks, so nothing is returned while in use. Live allocations are reported as misuse.
+  ~stream_pool() {
+    std::lock_guard lock(heap_mutex_);
+    flush_lanes();
+    if (live_bytes_.load() != 0) report_misuse({misuse::live_at_destruction, name(), nullptr, live_bytes_.load(), 0});
+    for (auto& [key, info] : streams_) {
+      if (key == 0 || info.free_blocks == 0) continue;
+      try {
+        info.stream.record().make_wait(stream_ref{});
+      } catch (...) {
+        report_misuse({misuse::upstream_failure, name(), nullptr, 0, 0});
+      }
+    }
+    for (auto& [addr, c] : chunks_) {
+      for (block* b = c->first; b != nullptr;) {
+        block* next = b->next;
+        delete b;
+        b = next;
+      }
+      upstream_.deallocate_sync(reinterpret_cast<void*>(c->addr), c->size, quantum);
+      observer_.on_release(reinterpret_cast<void*>(c->addr), c->size);
+      delete c;
+    }
+    while (spare_ != nullptr) delete std::exchange(spare_, spare_->next);
+  }
+
+  [[nodiscard]] static constexpr const char* name() noexcept { return "stream_pool"; }
+
+  /// Allocates `bytes` ordered on `s`: usable by work enqueued on `s` after this call.
+  /// Throws invalid_argument (bad alignment, absurd size), out_of_memory (the upstream or the
+  /// maximum size is exhausted even after merging streams and releasing; nothing changed).
+  void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
+    detail::check_request(name(), bytes, align);
+    if (bytes == 0) return nullptr;
+    if (bytes <= options_.small_max && align <= quantum) {
+      std::size_t cls = classes::index(bytes);
+      std::size_t size = classes::size(cls);
+      if (lane* l = lane_for(s)) {
+        block* b = nullptr;
+        {
+          std::lock_guard lock(l->mutex);
+          auto& bin = l->bins[cls];
+          if (!bin.empty()) {
+            b = bin.back();
+            l->live.insert(b->addr, b);  // may throw bad_alloc: nothing changed yet
+            bin.pop_back();
+            l->cached_bytes -= size;
+            take_live(b, block_state::lane_live, bytes);
+            ++l->allocations;
+          }
+        }
+        if (b == nullptr) {  // bin miss: refill from the heap
+          std::optional<detail::pool_marker> wait_on;
+          {
+            std::lock_guard heap_lock(heap_mutex_);
+            b = heap_take(s, size, quantum, bytes, wait_on);
+            std::lock_guard lock(l->mutex);
+            try {
+              l->live.insert(b->addr, b);
+            } catch (...) {
+              heap_free(b, 0);
+              throw;
+            }
+            take_live(b, block_state::lane_live, bytes);
+            ++l->allocations;
+          }
+          if (wait_on) wait_on->make_wait(s);
+        }
+        observer_.on_allocate(reinterpret_cast<void*>(b->addr), bytes, s);
+        return reinterpret_cast<void*>(b->addr);
+      }
+    }
+    std::optional<detail::pool_marker> wait_on;
+    block* b;
+    {
+      std::lock_guard heap_lock(heap_mutex_);
+      b = heap_take(s, align_up(bytes, quantum), std::max(align, quantum), bytes, wait_on);
+      try {
+        heap_live_.insert(b->addr, b);
+      } catch (...) {
+        heap_free(b, 0);
+        throw;
+      }
+      take_live(b, block_state::live, bytes);
+      ++heap_allocations_;
+    }
+    if (wait_on) wait_on->make_wait(s);
+    observer_.on_allocate(reinterpret_cast<void*>(b->addr), bytes, s);
+    return reinterpret_cast<void*>(b->addr);
+  }
+
+  /// Frees `p` (allocated with `bytes`) ordered on `s`: the block is reused on `s` at once
+  /// and by other streams only after they wait for the work enqueued on `s` so far.
+  void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
+    if (p == nullptr) return;
+    auto addr = reinterpret_cast<std::uintptr_t>(p);
+    if (bytes <= options_.small_max && align <= quantum) {
+      if (lane* l = find_lane(s.key())) {
+        std::unique_lock lock(l->mutex);
+        if (block** found = l->live.find(addr)) {
+          block* b = *found;
+          if (b->requested != bytes) {
+            lock.unlock();
+            report_misuse({misuse::wrong_size, name(), p, bytes, b->requested});
+            return;
+          }
+          auto& bin = l->bins[classes::index(b->size)];
+          if (bin.size() < options_.bin_capacity && l->cached_bytes + b->size <= options_.lane_cache_bytes) {
+            l->live.erase(addr);
+            if (l->stream.stale(s)) l->stream.refresh(s);
+            give_live(b);
+            b->state = block_state::cached;
+            bin.push_back(b);  // capacity reserved at lane creation: cannot throw
+            l->cached_bytes += b->size;
+            ++l->deallocations;
+            lock.unlock();
+            observer_.on_deallocate(p, bytes, s);
+            return;
+          }
+        }
+      }
+    }
+    deallocate_slow(s, addr, bytes);
+  }
+
+  void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) {
+    return allocate(stream_ref{}, bytes, align);
+  }
+  void deallocate_sync(void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
+    deallocate(stream_ref{}, p, bytes, align);
+  }
+
+  /// Returns free memory to the upstream: whole free chunks, and with a contiguous upstream
+  /// every granularity-aligned free piece. Only memory free for every stream is returned
+  /// (blocks of streams with pending work stay until those streams are seen idle).
+  /// Returns the bytes given back. Called automatically before out-of-memory.
+  std::size_t release() {
+    std::lock_guard lock(heap_mutex_);
+    flush_lanes();
+    merge_idle_streams();
+    return release_locked();
+  }
+
+  /// True when `p` is a live allocation of this pool.
+  [[nodiscard]] bool owns(const void* p) const {
+    auto addr = reinterpret_cast<std::uintptr_t>(p);
+    std::lock_guard lock(heap_mutex_);
+    if (const_cast<live_map&>(heap_live_).find(addr)) return true;
+    bool found = false;
+    for_each_lane([&](lane& l) { found = found || l.live.find(addr) != nullptr; });
+    return found;
+  }
+
+  /// A consistent snapshot (takes every lock briefly).
+  [[nodiscard]] vram::stats stats() const {
+    std::lock_guard lock(heap_mutex_);
+    return stats_locked();
+  }
+
+  /// Verifies the structures: every reserved byte is in exactly one block, blocks tile their
+  /// chunks, the free index, the live maps and the bins agree with the blocks, no two adjacent
+  /// free blocks with the same stream key. Throws std::logic_error. Full walk under VRAM_DEBUG,
+  /// the counter equation otherwise.
+  void check_invariants() const {
+    std::lock_guard lock(heap_mutex_);
+    auto fail = [](const char* what) { throw std::logic_error(std::string("stream_pool invariant: ") + what); };
+    vram::stats st = stats_locked();
+    // live + free == reserved
+    if (st.live_bytes + st.free_bytes != st.reserved_bytes) fail("live + free != reserved");
+    if (st.peak_live_bytes < st.live_bytes || st.peak_reserved_bytes < st.reserved_bytes) fail("peak below current");
+#if VRAM_DEBUG
+    std::size_t reserved = 0, free_bytes = 0, free_count = 0, live_bytes = 0, live_count = 0, cached = 0;
+    std::map<std::uintptr_t, std::size_t> free_per_stream;
+    for (auto& [addr, c] : chunks_) {
+      if (addr != c->addr || c->first == nullptr || c->first->prev != nullptr) fail("chunk head");
+      reserved += c->size;
+      std::uintptr_t at = c->addr;
+      const block* last = nullptr;
+      for (const block* b = c->first; b != nullptr; b = b->next) {
+        if (b->addr != at || b->size == 0 || b->size % quantum != 0 || b->owner != c) fail("blocks do not tile the chunk");
+        if (b->prev != last) fail("list links");
+        at += b->size;
+        last = b;
+        switch (b->state) {
+          case block_state::free:
+            ++free_count;
+            free_bytes += b->size;
+            ++free_per_stream[b->stream];
+            if (!free_.contains(free_key{b->stream, b->size, b->addr, nullptr})) fail("free block not indexed");
+            if (b->next && b->next->state == block_state::free && b->next->stream == b->stream)
+              fail("adjacent free blocks with one key not coalesced");
+            break;
+          case block_state::live:
+            ++live_count;
+            live_bytes += b->size;
+            if (const_cast<live_map&>(heap_live_).find(b->addr) == nullptr) fail("live block not in the live map");
+            break;
+          case block_state::lane_live:
+            ++live_count;
+            live_bytes += b->size;
+            break;
+          case block_state::cached: ++cached; break;
+        }
+      }
+      if (last != c->last || at != c->addr + c->size) fail("chunk tail");
+    }
+    if (reserved != reserved_) fail("chunk sizes != reserved");
+    if (free_count != free_.size() || free_bytes != free_bytes_) fail("free index disagrees with the blocks");
+    if (live_bytes != st.live_bytes) fail("live bytes disagree with the blocks");
+    std::size_t lane_live = 0, lane_cached = 0;
+    for_each_lane([&](lane& l) {
+      lane_live += l.live.size();
+      l.live.for_each([&](std::uintptr_t a, block* b) {
+        if (b->addr != a || b->state != block_state::lane_live) fail("lane live map");
+      });
+      std::size_t bytes = 0;
+      for (std::size_t i = 0; i < classes::count; ++i)
+        for (block* b : l.bins[i]) {
+          if (b->state != block_state::cached || b->size != classes::size(i)) fail("bin holds a wrong block");
+          bytes += b->size;
+          ++lane_cached;
+        }
+      if (bytes != l.cached_bytes) fail("lane cached bytes");
+    });
+    if (lane_live + heap_live_.size() != live_count) fail("live maps disagree with the blocks");
+    if (lane_cached != cached) fail("bins disagree with the blocks");
+    for (auto& [key, info] : streams_)
+      if (info.free_blocks != free_per_stream[key]) fail("per-stream free counts");
+#endif
+  }
+
+  [[nodiscard]] const Upstream& upstream() const noexcept { return upstream_; }
+  [[nodiscard]] Upstream& upstream() noexcept { return upstream_; }
+  [[nodiscard]] const stream_pool_options& options() const noexcept { return options_; }
+
+  friend bool operator==(const stream_pool& a, const stream_pool& b) noexcept { return &a == &b; }
+
+ private:
+  enum class block_state : std::uint8_t { free, cached, live, lane_live };
+  struct chunk;
+
+  /// A block of a chunk, host-side. Within a chunk, blocks are linked in address order and
+  /// tile it: first->addr == chunk.addr, b->addr + b->size == b->next->addr.
+  struct block {
+    std::uintptr_t addr = 0;
+    std::size_t size = 0;
+    std::size_t requested = 0;  // live: what the caller asked for
+    block* prev = nullptr;
+    block* next = nullptr;      // also links spare nodes
+    chunk* owner = nullptr;
+    std::uintptr_t stream = 0;  // free/cached: key of the stream it is reusable on (0: any)
+    std::uint64_t epoch = 0;    // free: the stream's free counter when it was freed
+    block_state state = block_state::free;
+  };
+
+  /// A range held from the upstream (with a contiguous upstream, adjacent ranges are one chunk).
+  struct chunk {
+    std::uintptr_t addr;
+    std::size_t size;
+    block* first;
+    block* last;
+  };
+
+  /// The best-fit index: free blocks ordered by (stream key, size, address).
+  struct free_key {
+    std::uintptr_t stream;
+    std::size_t size;
+    std::uintptr_t addr;
+    block* b;
+    friend bool operator<(const free_key& x, const free_key& y) noexcept {
+      if (x.stream != y.stream) return x.stream < y.stream;
+      if (x.size != y.size) return x.size < y.size;
+      return x.addr < y.addr;
+    }
+  };
+
+  /// What the heap knows about a stream that freed blocks.
+  struct stream_info {
+    detail::pool_stream stream;
+    std::size_t free_blocks = 0;   // free blocks keyed to this stream (== entries in free_)
+    std::uint64_t epoch = 0;       // incremented per free on this stream
+    std::optional<detail::pool_marker> pending;  // recorded at steal or merge time
+    std::uint64_t pending_epoch = 0;             // blocks with epoch <= this precede `pending`
+  };
+
+  using live_map = detail::pool_flat_map<block*>;
+
+  /// One stream's fast path. Invariant: cached_bytes == sum of sizes in bins.
+  struct lane {
+    lane(std::uintptr_t k, stream_ref s, std::size_t bin_capacity) : key(k), stream(s) {
+      for (auto& bin : bins) bin.reserve(bin_capacity);
+    }
+    mutable detail::pool_spin_lock mutex;
+    std::uintptr_t key;
+    detail::pool_stream stream;
+    std::array<std::vector<block*>, classes::count> bins;
+    live_map live;
+    std::size_t cached_bytes = 0;
+    std::size_t allocations = 0;
+    std::size_t deallocations = 0;
+  };
+
+  // ---- lanes --------------------------------------------------------------------------
+
+  static std::size_t lane_home(std::uintptr_t key) noexcept {
+    return static_cast<std::size_t>(((key >> 4) * 0x9E3779B97F4A7C15ull) >> 58);  // 6 bits: max_lanes
+  }
+  static_assert(max_lanes == 64);
+
+  lane* find_lane(std::uintptr_t key) const noexcept {
+    for (std::size_t i = 0, slot = lane_home(key); i < max_lanes; ++i, slot = (slot + 1) % max_lanes) {
+      std::uintptr_t k = lane_keys_[slot].load(std::memory_order_acquire);
+      if (k == key + 1) return lanes_[slot].get();
+      if (k == 0) return nullptr;
+    }
+    return nullptr;
+  }
+
+  /// The lane of `s`, created on first use; nullptr when the lane table is full.
+  lane* lane_for(stream_ref s) {
+    std::uintptr_t key = s.key();
+    if (lane* l = find_lane(key)) [[likely]]
+      return l;
+    std::lock_guard lock(heap_mutex_);
+    for (std::size_t i = 0, slot = lane_home(key); i < max_lanes; ++i, slot = (slot + 1) % max_lanes) {
+      std::uintptr_t k = lane_keys_[slot].load(std::memory_order_relaxed);
+      if (k == key + 1) return lanes_[slot].get();
+      if (k == 0) {
+        lanes_[slot] = std::make_unique<lane>(key, s, options_.bin_capacity);
+        lane_keys_[slot].store(key + 1, std::memory_order_release);
+        return lanes_[slot].get();
+      }
+    }
+    return nullptr;
+  }
+
+  template <class F>
+  void for_each_lane(F&& f) const {
+    for (std::size_t slot = 0; slot < max_lanes; ++slot)
+      if (lane_keys_[slot].load(std::memory_order_acquire) != 0) {
+        std::lock_guard lock(lanes_[slot]->mutex);
+        f(*lanes_[slot]);
+      }
+  }
+
+  /// Moves every cached block back to the heap (pre: heap_mutex_ held).
+  void flush_lanes() noexcept {
+    for_each_lane([&](lane& l) {
+      if (l.cached_bytes == 0) return;
+      auto& info = stream_for(l.key);
+      if (l.key != 0) info.stream = l.stream;
+      for (auto& bin : l.bins) {
+        for (block* b : bin) heap_free(b, l.key);
+        bin.clear();
+      }
+      l.cached_bytes = 0;
+    });
+  }
+
+  // ---- accounting ---------------------------------------------------------------------
+
+  void take_live(block* b, block_state st, std::size_t requested) noexcept {
+    b->state = st;
+    b->requested = requested;
+    raise(live_bytes_, peak_live_bytes_, b->size);
+    raise(requested_bytes_, peak_requested_bytes_, requested);
+  }
+  void give_live(block* b) noexcept {
+    live_bytes_.fetch_sub(b->size, std::memory_order_relaxed);
+    requested_bytes_.fetch_sub(b->requested, std::memory_order_relaxed);
+  }
+  static void raise(std::atomic<std::size_t>& value, std::atomic<std::size_t>& peak, std::size_t by) noexcept {
+    std::size_t now = value.fetch_add(by, std::memory_order_relaxed) + by;
+    std::size_t p = peak.load(std::memory_order_relaxed);
+    while (now > p && !peak.compare_exchange_weak(p, now, std::memory_order_relaxed)) {
+    }
+  }
+
+  vram::stats stats_locked() const {
+    vram::stats st;
+    st.live_bytes = live_bytes_.load(std::memory_order_relaxed);
+    st.requested_bytes = requested_bytes_.load(std::memory_order_relaxed);
+    st.peak_live_bytes = peak_live_bytes_.load(std::memory_order_relaxed);
+    st.peak_requested_bytes = peak_requested_bytes_.load(std::memory_order_relaxed);
+    st.reserved_bytes = reserved_;
+    st.peak_reserved_bytes = peak_reserved_;
+    st.total_allocations = heap_allocations_;
+    st.total_deallocations = heap_deallocations_;
+    st.free_bytes = free_bytes_;
+    st.free_blocks = free_.size();
+    for (auto& [key, info] : streams_) {
+      if (info.free_blocks == 0) continue;
+      auto it = free_.lower_bound(free_key{key + 1, 0, 0, nullptr});
+      st.largest_free_block = std::max(st.largest_free_block, std::prev(it)->size);
+    }
+    for_each_lane([&](lane& l) {
+      st.total_allocations += l.allocations;
+      st.total_deallocations += l.deallocations;
+      st.free_bytes += l.cached_bytes;
+      for (std::size_t i = 0; i < classes::count; ++i)
+        if (!l.bins[i].empty()) {
+          st.free_blocks += l.bins[i].size();
+          st.largest_free_block = std::max(st.largest_free_block, classes::size(i));
+        }
+    });
+    st.live_allocations = st.total_allocations - st.total_deallocations;
+    st.upstream_allocations = upstream_allocations_;
+    st.upstream_deallocations = upstream_deallocations_;
+    st.ooms = ooms_;
+    return st;
+  }
+
+  // ---- the heap (everything below: heap_mutex_ held) ----------------------------------
+
+  stream_info& stream_for(std::uintptr_t key) { return streams_[key]; }
+
+  block* new_block() {
+    if (spare_ != nullptr) {
+      block* b = std::exchange(spare_, spare_->next);
+      *b = block{};
+      return b;
+    }
+    return new block{};
+  }
+  void delete_block(block* b) noexcept {
+    b->next = spare_;
+    spare_ = b;
+  }
+
+  void index_insert(block* b) {
+    b->state = block_state::free;
+    free_.insert(free_key{b->stream, b->size, b->addr, b});
+    free_bytes_ += b->size;
+    ++streams_[b->stream].free_blocks;
+  }
+  void index_erase(block* b) noexcept {
+    free_.erase(free_key{b->stream, b->size, b->addr, b});
+    free_bytes_ -= b->size;
+    --streams_[b->stream].free_blocks;
+  }
+
+  /// b (not indexed) absorbs its free neighbours with the same key; returns the survivor.
+  block* coalesce(block* b) noexcept {
+    if (block* p = b->prev; p && p->state == block_state::free && p->stream == b->stream) {
+      index_erase(p);
+      absorb(p, b);
+      b = p;
+    }
+    if (block* n = b->next; n && n->state == block_state::free && n->stream == b->stream) {
+      index_erase(n);
+      absorb(b, n);
+    }
+    return b;
+  }
+  /// a takes over its successor n.
+  void absorb(block* a, block* n) noexcept {
+    a->size += n->size;
+    a->epoch = std::max(a->epoch, n->epoch);
+    a->next = n->next;
+    if (n->next) n->next->prev = a;
+    if (n->owner->last == n) n->owner->last = a;
+    delete_block(n);
+  }
+
+  /// Returns b to the free index keyed to `key`, coalescing.
+  void heap_free(block* b, std::uintptr_t key) noexcept {
+    auto& info = streams_[key];
+    b->stream = key;
+    b->epoch = ++info.epoch;
+    b->state = block_state::free;
+    index_insert(coalesce(b));
+  }
+
+  /// Best fit on `key` for `need` bytes, or end.
+  typename std::set<free_key>::const_iterator fit(std::uintptr_t key, std::size_t need) const {
+    auto it = free_.lower_bound(free_key{key, need, 0, nullptr});
+    return it != free_.end() && it->stream == key ? it : free_.end();
+  }
+
+  /// The smallest adequate block usable on `key` without waiting (its own or global).
+  block* find_fit(std::uintptr_t key, std::size_t need) const {
+    auto own = fit(key, need);
+    if (key == 0) return own == free_.end() ? nullptr : own->b;
+    auto any = fit(0, need);
+    if (own == free_.end()) return any == free_.end() ? nullptr : any->b;
+    if (any == free_.end() || own->size <= any->size) return own->b;
+    return any->b;
+  }
+
+  /// The smallest adequate block of another stream, and a marker the caller must wait on.
+  block* steal(std::uintptr_t key, std::size_t need, std::optional<detail::pool_marker>& wait_on) {
+    block* best = nullptr;
+    for (auto& [k, info] : streams_) {
+      if (k == key || k == 0 || info.free_blocks == 0) continue;
+      auto it = fit(k, need);
+      if (it != free_.end() && (best == nullptr || it->size < best->size)) best = it->b;
+    }
+    if (best == nullptr) return nullptr;
+    auto& info = streams_[best->stream];
+    if (!info.pending || best->epoch > info.pending_epoch) {
+      info.pending = info.stream.record();
+      info.pending_epoch = info.epoch;
+    }
+    wait_on = info.pending;
+    return best;
+  }
+
+  /// For each stream holding free blocks: record a marker if none is pending; when the
+  /// pending marker is complete, re-key the blocks freed before it to "any stream".
+  void merge_idle_streams() {
+    for (auto& [k, info] : streams_) {
+      if (k == 0 || info.free_blocks == 0) continue;
+      if (!info.pending) {
+        info.pending = info.stream.record();
+        info.pending_epoch = info.epoch;
+      }
+      if (!info.pending->query()) continue;
+      std::vector<block*> ready;
+      for (auto it = free_.lower_bound(free_key{k, 0, 0, nullptr}); it != free_.end() && it->stream == k; ++it)
+        if (it->b->epoch <= info.pending_epoch) ready.push_back(it->b);
+      info.pending.reset();
+      for (block* b : ready) {  // neighbours still keyed k are never absorbed before their turn
+        index_erase(b);
+        b->stream = 0;
+        index_insert(coalesce(b));
+      }
+    }
+  }
+
+  /// A free block of `size` bytes aligned to `align`, taken out of the heap (state left to
+  /// the caller). Tries, in order: own/global best fit, another stream's (with a wait),
+  /// merging bins and idle streams, growth, release + growth; then throws out_of_memory.
+  block* heap_take(stream_ref s, std::size_t size, std::size_t align, std::size_t requested,
+                   std::optional<detail::pool_marker>& wait_on) {
+    std::uintptr_t key = s.key();
+    std::size_t need = size + (align > quantum ? align - quantum : 0);
+    block* b = find_fit(key, need);
+    if (b == nullptr) b = steal(key, need, wait_on);
+    if (b == nullptr) {
+      flush_lanes();
+      merge_idle_streams();
+      b = find_fit(key, need);
+      if (b == nullptr) b = steal(key, need, wait_on);
+    }
+    if (b == nullptr) b = grow(s, need, requested);
+    return carve(b, size, align);
+  }
+
+  /// Splits `size` bytes at `align` out of free block b; the rest stays free with b's key.
+  block* carve(block* b, std::size_t size, std::size_t align) {
+    index_erase(b);
+    std::uintptr_t start = align_up(b->addr, align);
+    if (start != b->addr) {  // keep the front as a free block
+      block* rest = split(b, start - b->addr);
+      index_insert(b);
+      b = rest;
+    }
+    if (b->size - size >= quantum) index_insert(split(b, size));
+    b->state = block_state::live;  // out of the free structures until the caller sets the state
+    return b;
+  }
+
+  /// Cuts b after `front` bytes; returns the new successor block (same key and epoch).
+  block* split(block* b, std::size_t front) {
+    block* n = new_block();
+    n->addr = b->addr + front;
+    n->size = b->size - front;
+    n->stream = b->stream;
+    n->epoch = b->epoch;
+    n->owner = b->owner;
+    n->prev = b;
+    n->next = b->next;
+    if (b->next) b->next->prev = n;
+    b->next = n;
+    b->size = front;
+    if (b->owner->last == b) b->owner->last = n;
+    return n;
+  }
+
+  /// Grows so that a block of `need` bytes usable on s exists, and returns it.
+  block* grow(stream_ref s, std::size_t need, std::size_t requested) {
+    std::uintptr_t key = s.key();
+    // In-place growth: with a contiguous upstream a free block at the top of the highest
+    // chunk, usable on s, only needs topping up (if the upstream places the new range there).
+    std::size_t credit = 0;
+    std::uintptr_t top_key = 0;
+    if (contiguous_ && !chunks_.empty()) {
+      block* top = chunks_.rbegin()->second->last;
+      if (top->state == block_state::free && (top->stream == 0 || top->stream == key) && top->size < need) {
+        credit = top->size;
+        top_key = top->stream;
+      }
+    }
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      std::size_t missing = align_up(need - credit, granularity_);
+      std::size_t step = options_.growth_step != 0 ? options_.growth_step : (contiguous_ ? 0 : default_growth_step);
+      std::size_t bytes = std::max(missing, align_up(step, granularity_));
+      if (options_.maximum_size != 0) {  // a capped pool reaches exactly its maximum (RMM #1957)
+        std::size_t room = options_.maximum_size > reserved_ ? options_.maximum_size - reserved_ : 0;
+        bytes = std::min(bytes, room);
+      }
+      if (bytes >= missing && try_grow(bytes, credit != 0 ? top_key : 0)) {
+        if (block* b = find_fit(key, need)) return b;
+        credit = 0;  // the new range landed elsewhere: grow by the whole need
+        continue;
+      }
+      if (release_locked() == 0) break;  // nothing to give back: out of memory
+      credit = 0;
+    }
+    ++ooms_;
+    vram::stats snapshot = stats_locked();
+    observer_.on_out_of_memory(requested, s, snapshot);
+    detail::throw_out_of_memory(name(), requested, s, snapshot);
+  }
+
+  /// Takes `bytes` from the upstream; false (nothing changed) when it has none.
+  bool try_grow(std::size_t bytes, std::uintptr_t key) {
+    try {
+      grow_by(bytes, key);
+      return true;
+    } catch (const std::bad_alloc&) {  // out_of_memory included; other upstream errors propagate
+      return false;
+    }
+  }
+
+  /// Adds [p, p+bytes) from the upstream as one free block keyed `key`; merges it into
+  /// adjacent chunks when the upstream is contiguous. Throws what the upstream throws.
+  void grow_by(std::size_t bytes, std::uintptr_t key) {
+    block* nb = new_block();
+    void* p;
+    try {
+      p = upstream_.allocate_sync(bytes, quantum);
+    } catch (...) {
+      delete_block(nb);
+      throw;
+    }
+    auto addr = reinterpret_cast<std::uintptr_t>(p);
+    nb->addr = addr;
+    nb->size = bytes;
+    nb->stream = key;
+    nb->epoch = key != 0 ? streams_[key].epoch : 0;
+    chunk* c = nullptr;
+    if (contiguous_) {
+      auto after = chunks_.lower_bound(addr);
+      if (after != chunks_.begin()) {
+        chunk* before = std::prev(after)->second;
+        if (before->addr + before->size == addr) {  // extend the chunk below
+          c = before;
+          c->last->next = nb;
+          nb->prev = c->last;
+          c->last = nb;
+          c->size += bytes;
+        }
+      }
+      if (c == nullptr) {
+        c = new chunk{addr, bytes, nb, nb};
+        after = chunks_.emplace_hint(after, addr, c);
+        ++after;
+      }
+      if (after != chunks_.end() && after->first == addr + bytes) {  // absorb the chunk above
+        chunk* above = after->second;
+        for (block* b = above->first; b != nullptr; b = b->next) b->owner = c;
+        c->last->next = above->first;
+        above->first->prev = c->last;
+        c->last = above->last;
+        c->size += above->size;
+        chunks_.erase(after);
+        delete above;
+      }
+    } else {
+      c = new chunk{addr, bytes, nb, nb};
+      chunks_.emplace(addr, c);
+    }
+    nb->owner = c;
+    reserved_ += bytes;
+    peak_reserved_ = std::max(peak_reserved_, reserved_);
+    ++upstream_allocations_;
+    index_insert(coalesce(nb));
+    observer_.on_grow(p, bytes);
+  }
+
+  /// Gives back what release() promises; returns the bytes released.
+  std::size_t release_locked() {
+    std::vector<block*> candidates;
+    for (auto it = free_.begin(); it != free_.end() && it->stream == 0; ++it) candidates.push_back(it->b);
+    std::size_t released = 0;
+    for (block* b : candidates) {
+      chunk* c = b->owner;
+      if (!contiguous_) {
+        if (c->first != b || c->last != b) continue;
+        index_erase(b);
+        chunks_.erase(c->addr);
+        give_back(c->addr, c->size);
+        released += c->size;
+        delete_block(b);
+        delete c;
+        continue;
+      }
+      std::uintptr_t lo = align_up(b->addr, granularity_), hi = align_down(b->addr + b->size, granularity_);
+      if (hi <= lo) continue;
+      released += hi - lo;
+      cut(b, lo, hi);
+    }
+    return released;
+  }
+
+  /// Contiguous upstream: returns [lo, hi) (granule-aligned, inside free block b) and splits
+  /// b's chunk around the hole.
+  void cut(block* b, std::uintptr_t lo, std::uintptr_t hi) {
+    chunk* c = b->owner;
+    std::uintptr_t c_end = c->addr + c->size, b_end = b->addr + b->size;
+    index_erase(b);
+    block* before = b->prev;
+    block* after = b->next;
+    block* old_last = c->last;
+    block* head = nullptr;
+    block* tail = nullptr;
+    if (hi < b_end) {
+      tail = new_block();
+      tail->addr = hi;
+      tail->size = b_end - hi;
+      tail->epoch = b->epoch;
+    }
+    if (lo > b->addr) {
+      head = b;
+      head->size = lo - b->addr;
+    } else {
+      delete_block(b);
+    }
+    // The part below the hole stays in c.
+    block* low_last = head ? head : before;
+    if (low_last) {
+      low_last->next = nullptr;
+      c->last = low_last;
+      c->size = lo - c->addr;
+    } else {
+      chunks_.erase(c->addr);
+      delete c;
+      c = nullptr;
+    }
+    // The part above the hole becomes a new chunk.
+    block* high_first = tail ? tail : after;
+    if (high_first) {
+      chunk* h = new chunk{hi, c_end - hi, high_first, tail && !after ? tail : old_last};
+      if (tail) {
+        tail->next = after;
+        if (after) after->prev = tail;
+      }
+      high_first->prev = nullptr;
+      for (block* x = high_first; x != nullptr; x = x->next) x->owner = h;
+      chunks_.emplace(hi, h);
+    }
+    if (head) index_insert(head);
+    if (tail) index_insert(tail);
+    give_back(lo, hi - lo);
+  }
+
+  void give_back(std::uintptr_t addr, std::size_t bytes) noexcept {
+    upstream_.deallocate_sync(reinterpret_cast<void*>(addr), bytes, quantum);
+    reserved_ -= bytes;
+    ++upstream_deallocations_;
+    observer_.on_release(reinterpret_cast<void*>(addr), bytes);
+  }
+
+  /// Frees through the heap: heap-live blocks, lane blocks freed on another stream, bins
+  /// that are full; and detects misuse.
+  void deallocate_slow(stream_ref s, std::uintptr_t addr, std::size_t bytes) noexcept {
+    void* p = reinterpret_cast<void*>(addr);
+    std::unique_lock lock(heap_mutex_);
+    block* b = nullptr;
+    std::size_t expected = 0;  // the recorded size when it differs from `bytes`
+    if (block** found = heap_live_.find(addr)) {
+      if ((*found)->requested != bytes) {
+        expected = (*found)->requested;
+      } else {
+        b = *found;
+        heap_live_.erase(addr);
+        ++heap_deallocations_;
+      }
+    } else {
+      for_each_lane([&](lane& l) {
+        block** in_lane = b != nullptr || expected != 0 ? nullptr : l.live.find(addr);
+        if (in_lane == nullptr) return;
+        if ((*in_lane)->requested != bytes) {
+          expected = (*in_lane)->requested;
+          return;
+        }
+        b = *in_lane;
+        l.live.erase(addr);
+        ++l.deallocations;
+      });
+    }
+    if (b == nullptr) {
+      misuse kind = expected != 0 ? misuse::wrong_size
+                                  : (free_block_at(addr) ? misuse::double_free : misuse::foreign_pointer);
+      lock.unlock();
+      report_misuse({kind, name(), p, bytes, expected});
+      return;
+    }
+    if (s.key() != 0) streams_[s.key()].stream.refresh(s);  // before keying a block to s
+    give_live(b);
+    heap_free(b, s.key());
+    lock.unlock();
+    observer_.on_deallocate(p, bytes, s);
+  }
+
+  /// True when addr starts a free or cached block (a second free of a block).
+  bool free_block_at(std::uintptr_t addr) const noexcept {
+    auto it = chunks_.upper_bound(addr);
+    if (it == chunks_.begin()) return false;
+    const chunk* c = std::prev(it)->second;
+    if (addr >= c->addr + c->size) return false;
+    for (const block* b = c->first; b != nullptr && b->addr <= addr; b = b->next)
+      if (b->addr == addr) return b->state == block_state::free || b->state == block_state::cached;
+    return false;
+  }
+
+  [[no_unique_address]] Upstream upstream_;
+  [[no_unique_address]] Observer observer_;
+  stream_pool_options options_;
+  bool contiguous_ = false;
+  std::size_t granularity_ = quantum;
+
+  // Exact counters shared by all paths (updated under the lock of the path that changes them).
+  std::atomic<std::size_t> live_bytes_{0};  // == sum of sizes of live and lane_live blocks
+  std::atomic<std::size_t> requested_bytes_{0};
+  std::atomic<std::size_t> peak_live_bytes_{0};
+  std::atomic<std::size_t> peak_requested_bytes_{0};
+
+  // Lanes: slots are claimed under heap_mutex_ and never freed before destruction.
+  std::array<std::atomic<std::uintptr_t>, max_lanes> lane_keys_{};  // stream key + 1; 0: empty slot
+  std::array<std::unique_ptr<lane>, max_lanes> lanes_;
+
+  // The heap, guarded by heap_mutex_. Lock order: heap_mutex_, then a lane's lock.
+  mutable std::mutex heap_mutex_;
+  std::set<free_key> free_;                      // free blocks; sum of sizes == free_bytes_
+  std::map<std::uintptr_t, chunk*> chunks_;      // by address; sum of sizes == reserved_
+  live_map heap_live_;                           // live blocks not served by a lane
+  std::unordered_map<std::uintptr_t, stream_info> streams_;
+  block* spare_ = nullptr;                       // recycled block nodes
+  // reserved_ == live_bytes_ + free_bytes_ + sum of lanes' cached_bytes
+  std::size_t reserved_ = 0;
+  std::size_t peak_reserved_ = 0;
+  std::size_t free_bytes_ = 0;
+  std::size_t heap_allocations_ = 0;
+  std::size_t heap_deallocations_ = 0;
+  std::size_t upstream_allocations_ = 0;
+  std::size_t upstream_deallocations_ = 0;
+  std::size_t ooms_ = 0;
+};
+
+static_assert(resource<stream_pool<host_source>>);
+static_assert(resource_with<stream_pool<host_source>, host_accessible>);
+
+}  // namespace vram

@@ -1,0 +1,87 @@
+#pragma once
+// detail::pool_flat_map: an open-addressing hash map from block address to block node, for
+// the pool's O(1) deallocate lookup (faster than std::unordered_map: one probe sequence in
+// one array, no node allocation). Keys are non-zero addresses; 0 marks an empty slot.
+//
+// Linear probing with backward-shift deletion (no tombstones), load factor <= 1/2.
+// Invariant: size_ * 2 <= slots_.size(); every key sits in the probe run that starts at its hash.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace vram::detail {
+
+template <class Value>
+class pool_flat_map {
+ public:
+  pool_flat_map() { slots_.resize(16); }
+
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+
+  /// The value stored for `key`, or nullptr.
+  [[nodiscard]] Value* find(std::uintptr_t key) noexcept {
+    for (std::size_t i = home(key);; i = (i + 1) & mask()) {
+      if (slots_[i].key == key) return &slots_[i].value;
+      if (slots_[i].key == 0) return nullptr;
+    }
+  }
+
+  /// Inserts `key` (pre: absent, non-zero). May throw std::bad_alloc when growing.
+  void insert(std::uintptr_t key, Value value) {
+    if ((size_ + 1) * 2 > slots_.size()) grow();
+    place(key, value);
+    ++size_;
+  }
+
+  /// Removes `key` (pre: present).
+  void erase(std::uintptr_t key) noexcept {
+    std::size_t i = home(key);
+    while (slots_[i].key != key) i = (i + 1) & mask();
+    // Backward shift: move later members of the run into the hole when their home allows.
+    for (std::size_t j = (i + 1) & mask(); slots_[j].key != 0; j = (j + 1) & mask()) {
+      std::size_t h = home(slots_[j].key);
+      // slots_[j] may move to i when i lies cyclically in [h, j).
+      if (((j - h) & mask()) >= ((j - i) & mask())) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i].key = 0;
+    --size_;
+  }
+
+  template <class F>
+  void for_each(F&& f) const {
+    for (const auto& s : slots_)
+      if (s.key != 0) f(s.key, s.value);
+  }
+
+ private:
+  struct slot {
+    std::uintptr_t key = 0;
+    Value value{};
+  };
+
+  [[nodiscard]] std::size_t mask() const noexcept { return slots_.size() - 1; }
+  [[nodiscard]] std::size_t home(std::uintptr_t key) const noexcept {
+    // Blocks are 256-aligned: drop the zero bits, then Fibonacci hashing.
+    return static_cast<std::size_t>(((key >> 8) * 0x9E3779B97F4A7C15ull) >> 20) & mask();
+  }
+  void place(std::uintptr_t key, Value value) noexcept {
+    std::size_t i = home(key);
+    while (slots_[i].key != 0) i = (i + 1) & mask();
+    slots_[i] = slot{key, value};
+  }
+  void grow() {
+    std::vector<slot> old(slots_.size() * 2);
+    old.swap(slots_);
+    for (const auto& s : old)
+      if (s.key != 0) place(s.key, s.value);
+  }
+
+  std::vector<slot> slots_;
+  std::size_t size_ = 0;
+};
+
+}  // namespace vram::detail
