@@ -1,0 +1,134 @@
+#pragma once
+// vram::statistics_adaptor<Upstream>: counts what passes through it, per tenant.
+
+#include <cstddef>
+#include <memory>
+#include <stdexcept>
+#include <utility>
+
+#include <vram/core/concepts.hpp>
+#include <vram/core/error.hpp>
+#include <vram/core/tenant.hpp>
+#include <vram/detail/adaptor_counters.hpp>
+
+namespace vram {
+
+/// Counts live bytes, their peak, allocations, deallocations and OOMs of everything allocated
+/// through it, in total and per tenant. Cheap enough to leave on in production: relaxed
+/// atomic counters, per-tenant counters in a fixed array indexed by tenant id (no map, no
+/// lock); a few nanoseconds per operation (docs/PERFORMANCE.md).
+///
+/// Tenants: an allocation counts for the explicit tenant argument, else vram::current_tenant().
+/// A deallocation counts for the tenant in effect at the free (explicit or current scope):
+/// nothing is recorded per pointer, which is what keeps this adaptor cheap. Code that frees
+/// under another tenant than it allocated sees that tenant's live_bytes move (it is signed);
+/// quota_adaptor and tracker_adaptor record the tenant per pointer instead.
+/// Thread safety: as the upstream; the counters themselves are thread-safe.
+/// Streams, alignment: those of the upstream (forwarded unchanged).
+/// Upstream: held by value. Copies share the counters and compare equal when the upstreams do.
+/// Misuse: a pointer the upstream does not own (when the upstream can tell, `owns`) is not
+/// counted; the upstream reports it.
+/// Complexity: O(1) per operation; stats() is O(max_tenants).
+template <class Upstream>
+class statistics_adaptor : public forward_properties<statistics_adaptor<Upstream>, Upstream> {
+ public:
+  explicit statistics_adaptor(Upstream upstream = Upstream{})
+      : upstream_(std::move(upstream)), counters_(std::make_shared<detail::adaptor_counters>()) {}
+
+  [[nodiscard]] static constexpr const char* name() noexcept { return "statistics_adaptor"; }
+
+  void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
+    return allocate(s, bytes, align, current_tenant());
+  }
+  /// Allocates for tenant `t` (overriding the current tenant_scope).
+  void* allocate(stream_ref s, std::size_t bytes, std::size_t align, tenant t) {
+    void* p;
+    try {
+      p = upstream_.allocate(s, bytes, align);
+    } catch (const out_of_memory&) {
+      counters_->on_out_of_memory();
+      throw;
+    }
+    if (p != nullptr) counters_->on_allocate(t, bytes);
+    return p;
+  }
+  void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
+    deallocate(s, p, bytes, align, current_tenant());
+  }
+  void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align, tenant t) noexcept {
+    if (p == nullptr) return;
+    if (counts(p)) counters_->on_deallocate(t, bytes);
+    upstream_.deallocate(s, p, bytes, align);
+  }
+
+  void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) {
+    return allocate(stream_ref{}, bytes, align, current_tenant());
+  }
+  void deallocate_sync(void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
+    deallocate(stream_ref{}, p, bytes, align, current_tenant());
+  }
+
+  /// Totals. Where the upstream has stats(), its reserved/free/upstream fields are kept and
+  /// the request-level fields (requested bytes, counts, OOMs) are this adaptor's; otherwise
+  /// live_bytes is the requested bytes.
+  [[nodiscard]] vram::stats stats() const {
+    vram::stats ours = counters_->totals();
+    if constexpr (has_stats<Upstream>) {
+      vram::stats s = upstream_.stats();
+      s.requested_bytes = ours.requested_bytes;
+      s.peak_requested_bytes = ours.peak_requested_bytes;
+      s.live_allocations = ours.live_allocations;
+      s.total_allocations = ours.total_allocations;
+      s.total_deallocations = ours.total_deallocations;
+      s.ooms = ours.ooms;
+      return s;
+    } else {
+      return ours;
+    }
+  }
+
+  /// One tenant's counters (the tenant alone; children are separate tenants).
+  [[nodiscard]] tenant_stats stats(tenant t) const noexcept { return counters_->of(t); }
+
+  /// Starts new peaks from the current values (e.g. at the start of each training step).
+  void reset_peaks() noexcept { counters_->reset_peaks(); }
+
+  /// Passes release() through to the upstream when it has one.
+  std::size_t release()
+    requires has_release<Upstream>
+  { return upstream_.release(); }
+
+  void check_invariants() const {
+#if VRAM_DEBUG
+    if (!counters_->consistent()) throw std::logic_error("statistics_adaptor: per-tenant live bytes do not sum to the total");
+#endif
+  }
+
+  [[nodiscard]] Upstream& upstream() noexcept { return upstream_; }
+  [[nodiscard]] const Upstream& upstream() const noexcept { return upstream_; }
+
+  friend bool operator==(const statistics_adaptor& a, const statistics_adaptor& b) {
+    return a.counters_ == b.counters_ && a.upstream_ == b.upstream_;
+  }
+
+ private:
+  bool counts(const void* p) const noexcept {
+    if constexpr (has_owns<Upstream>) {
+      try {
+        return upstream_.owns(p);
+      } catch (...) {
+        return true;
+      }
+    } else {
+      return true;
+    }
+  }
+
+  [[no_unique_address]] Upstream upstream_;
+  std::shared_ptr<detail::adaptor_counters> counters_;
+};
+
+}  // namespace vram
+
+#include <vram/source/host_source.hpp>
+static_assert(vram::resource<vram::statistics_adaptor<vram::host_source>>);

@@ -1,0 +1,260 @@
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <vram/adaptor/quota_adaptor.hpp>
+#include <vram/source/host_source.hpp>
+
+#include "support/misuse_capture.hpp"
+#include "support/recording_resource.hpp"
+
+using upstream_t = vram::test::recording_resource<vram::host_source>;
+
+namespace {
+
+// A fresh registry per test: job -> {model_a, model_b}, model_a -> layer.
+struct tree {
+  std::shared_ptr<vram::tenant_registry> reg = std::make_shared<vram::tenant_registry>();
+  vram::tenant job = reg->create("job");
+  vram::tenant model_a = reg->create("model_a", job);
+  vram::tenant model_b = reg->create("model_b", job);
+  vram::tenant layer = reg->create("layer", model_a);
+};
+
+// An upstream that checks, at the moment the adaptor calls it, that no tenant is above its
+// hard limit (the request is already reserved then: the strongest point to check).
+struct limit_checker {
+  std::atomic<const void*> quota{nullptr};
+  std::atomic<std::size_t> violations{0};
+  std::atomic<std::size_t> checks{0};
+};
+
+}  // namespace
+
+TEST_CASE("quota_adaptor: hard limits are hierarchical and refuse before the upstream", "[adaptor][quota]") {
+  tree t;
+  upstream_t up;
+  {
+    vram::quota_adaptor<upstream_t> q(up, t.reg);
+    q.set_hard_limit(t.job, 10000);
+    q.set_hard_limit(t.model_a, 6000);
+
+    void* a = q.allocate(vram::stream_ref{}, 4000, 256, t.layer);
+    CHECK(q.usage(t.layer) == 4000);
+    CHECK(q.usage(t.model_a) == 4000);
+    CHECK(q.usage(t.job) == 4000);
+    CHECK(q.usage(t.model_b) == 0);
+
+    auto calls = up.counters().allocations.load();
+    auto before = q.stats();
+    try {
+      (void)q.allocate(vram::stream_ref{}, 3000, 256, t.layer);  // model_a: 4000 + 3000 > 6000
+      FAIL("expected quota_exceeded");
+    } catch (const vram::quota_exceeded& e) {
+      CHECK(e.limited_tenant() == t.model_a);
+      CHECK(e.requester() == t.layer);
+      CHECK(e.limit() == 6000);
+      CHECK(e.usage() == 4000);
+      CHECK(e.bytes() == 3000);
+      CHECK(std::string(e.tenant_name()) == "model_a");
+      CHECK(std::string(e.what()).find("model_a") != std::string::npos);
+    }
+    CHECK(up.counters().allocations.load() == calls);  // the upstream was not touched
+    CHECK(q.usage(t.layer) == 4000);
+    CHECK(q.usage(t.job) == 4000);
+    CHECK(q.stats().live_bytes == before.live_bytes);
+    CHECK(q.refusals(t.model_a) == 1);
+
+    // The job limit binds a sibling: 4000 + 7000 > 10000.
+    CHECK_THROWS_AS(q.allocate(vram::stream_ref{}, 7000, 256, t.model_b), vram::quota_exceeded);
+    CHECK(q.usage(t.model_b) == 0);
+    void* b = nullptr;
+    {
+      vram::tenant_scope scope(t.model_b);  // the current tenant is used without an argument
+      b = q.allocate_sync(6000);
+    }
+    CHECK(q.usage(t.model_b) == 6000);
+    CHECK(q.usage(t.job) == 10000);
+    q.check_invariants();
+
+    // Deallocation needs no tenant scope: the tenant was recorded per pointer.
+    q.deallocate_sync(a, 4000);
+    CHECK(q.usage(t.job) == 6000);
+    CHECK(q.usage(t.model_a) == 0);
+    q.deallocate_sync(b, 6000);
+    CHECK(q.usage(t.job) == 0);
+    CHECK(q.peak_usage(t.job) == 10000);
+    q.check_invariants();
+  }
+  CHECK(up.counters().live_allocations() == 0);
+}
+
+TEST_CASE("quota_adaptor: lowering a limit below usage blocks new requests, frees still succeed", "[adaptor][quota]") {
+  tree t;
+  upstream_t up;
+  vram::quota_adaptor<upstream_t> q(up, t.reg);
+  void* a = q.allocate(vram::stream_ref{}, 5000, 256, t.model_a);
+  void* b = q.allocate(vram::stream_ref{}, 5000, 256, t.model_a);
+  q.set_hard_limit(t.model_a, 6000);
+  CHECK(q.hard_limit(t.model_a) == 6000);
+  CHECK_THROWS_AS(q.allocate(vram::stream_ref{}, 1, 256, t.model_a), vram::quota_exceeded);
+  q.deallocate_sync(a, 5000);
+  CHECK(q.usage(t.model_a) == 5000);
+  void* c = q.allocate(vram::stream_ref{}, 1000, 256, t.model_a);  // 6000: exactly at the limit
+  CHECK_THROWS_AS(q.allocate(vram::stream_ref{}, 1, 256, t.model_a), vram::quota_exceeded);
+  q.set_hard_limit(t.model_a, decltype(q)::unlimited);
+  void* d = q.allocate(vram::stream_ref{}, 1 << 20, 256, t.model_a);
+  q.deallocate_sync(b, 5000);
+  q.deallocate_sync(c, 1000);
+  q.deallocate_sync(d, 1 << 20);
+  CHECK(q.usage(t.model_a) == 0);
+  CHECK(up.counters().live_allocations() == 0);
+}
+
+TEST_CASE("quota_adaptor: soft limits call back once per upward crossing", "[adaptor][quota]") {
+  tree t;
+  upstream_t up;
+  vram::quota_adaptor<upstream_t> q(up, t.reg);
+  std::vector<std::pair<std::uint32_t, std::size_t>> calls;
+  q.set_soft_limit(t.job, 3000);
+  q.set_soft_limit(t.layer, 1000);
+  q.set_soft_limit_callback([&](vram::tenant who, std::size_t soft, std::size_t usage) {
+    CHECK(usage > soft);
+    calls.emplace_back(who.id, usage);
+  });
+  void* a = q.allocate(vram::stream_ref{}, 800, 256, t.layer);  // below both
+  CHECK(calls.empty());
+  void* b = q.allocate(vram::stream_ref{}, 800, 256, t.layer);  // layer crosses 1000
+  REQUIRE(calls.size() == 1);
+  CHECK(calls[0] == std::make_pair(t.layer.id, std::size_t{1600}));
+  void* c = q.allocate(vram::stream_ref{}, 800, 256, t.layer);  // layer stays above: no call
+  CHECK(calls.size() == 1);
+  void* d = q.allocate(vram::stream_ref{}, 800, 256, t.model_b);  // job crosses 3000
+  REQUIRE(calls.size() == 2);
+  CHECK(calls[1].first == t.job.id);
+  q.deallocate_sync(b, 800);
+  q.deallocate_sync(c, 800);  // layer back to 800 <= 1000: re-armed
+  void* e = q.allocate(vram::stream_ref{}, 800, 256, t.layer);  // layer crosses again (job 2400: not)
+  REQUIRE(calls.size() == 3);
+  CHECK(calls[2] == std::make_pair(t.layer.id, std::size_t{1600}));
+  for (void* p : {a, d, e}) q.deallocate_sync(p, 800);
+  CHECK(up.counters().live_allocations() == 0);
+}
+
+TEST_CASE("quota_adaptor: misuse is reported and changes nothing", "[adaptor][quota]") {
+  vram::test::misuse_capture capture;
+  tree t;
+  upstream_t up;
+  vram::quota_adaptor<upstream_t> q(up, t.reg);
+  void* a = q.allocate(vram::stream_ref{}, 1000, 256, t.layer);
+  q.deallocate_sync(a, 999);
+  CHECK(capture.count(vram::misuse::wrong_size) == 1);
+  CHECK(q.usage(t.job) == 1000);
+  alignas(256) static char foreign[256];
+  q.deallocate_sync(foreign, 256);
+  CHECK(capture.count(vram::misuse::foreign_pointer) == 1);
+  CHECK(up.counters().deallocations == 0);
+  CHECK_THROWS_AS(q.allocate(vram::stream_ref{}, 1, 256, vram::tenant{200}), vram::invalid_argument);
+  q.deallocate_sync(a, 1000);
+  q.deallocate_sync(a, 1000);  // double free: unknown pointer now
+  CHECK(capture.count(vram::misuse::foreign_pointer) == 2);
+  CHECK(q.usage(t.job) == 0);
+  CHECK(up.counters().live_allocations() == 0);
+  q.check_invariants();
+}
+
+namespace {
+// Observer run on every success: checks every tenant's usage against its hard limit.
+struct limit_observer {
+  struct shared {
+    std::atomic<const vram::quota_adaptor<upstream_t, limit_observer>*> q{nullptr};
+    std::shared_ptr<vram::tenant_registry> reg;
+    std::atomic<std::size_t> checks{0}, violations{0};
+  };
+  std::shared_ptr<shared> s = std::make_shared<shared>();
+  void on_allocate(const void*, std::size_t, vram::stream_ref) noexcept {
+    auto* q = s->q.load();
+    if (q == nullptr) return;
+    for (std::uint32_t i = 0; i < s->reg->size(); ++i) {
+      vram::tenant t{i};
+      if (q->usage(t) > q->hard_limit(t)) s->violations.fetch_add(1);
+    }
+    s->checks.fetch_add(1);
+  }
+  void on_deallocate(const void*, std::size_t, vram::stream_ref) noexcept {}
+  void on_grow(const void*, std::size_t) noexcept {}
+  void on_release(const void*, std::size_t) noexcept {}
+  void on_out_of_memory(std::size_t, vram::stream_ref, const vram::stats&) noexcept {}
+};
+}  // namespace
+
+TEST_CASE("quota_adaptor: threads racing at the limit never exceed it", "[adaptor][quota][race]") {
+  tree t;
+  upstream_t up;
+  limit_observer obs;
+  obs.s->reg = t.reg;
+  {
+    vram::quota_adaptor<upstream_t, limit_observer> q(up, t.reg, obs);
+    obs.s->q = &q;
+    const vram::tenant leaves[] = {t.layer, t.model_a, t.model_b};
+    q.set_hard_limit(t.job, 16 * 1024);
+    q.set_hard_limit(t.model_a, 10 * 1024);
+    q.set_hard_limit(t.layer, 6 * 1024);
+    q.set_hard_limit(t.model_b, 10 * 1024);
+    std::atomic<std::size_t> refused{0}, granted{0};
+    std::vector<std::thread> threads;
+    for (int th = 0; th < 6; ++th)
+      threads.emplace_back([&, th] {
+        std::mt19937 rng(static_cast<unsigned>(th));
+        struct held {
+          void* p;
+          std::size_t bytes;
+        };
+        std::vector<held> mine;
+        for (int i = 0; i < 3000; ++i) {
+          if (!mine.empty() && (rng() % 2 == 0 || mine.size() > 8)) {
+            auto h = mine.back();
+            mine.pop_back();
+            q.deallocate_sync(h.p, h.bytes);
+            continue;
+          }
+          std::size_t bytes = 256 * (1 + rng() % 16);
+          try {
+            mine.push_back({q.allocate(vram::stream_ref{}, bytes, 256, leaves[rng() % 3]), bytes});
+            granted.fetch_add(1);
+          } catch (const vram::quota_exceeded& e) {
+            CHECK(e.usage() + e.bytes() > e.limit());
+            refused.fetch_add(1);
+          }
+        }
+        for (auto h : mine) q.deallocate_sync(h.p, h.bytes);
+      });
+    for (auto& th : threads) th.join();
+    CHECK(refused > 0);
+    CHECK(granted > 0);
+    CHECK(obs.s->violations == 0);
+    CHECK(obs.s->checks == granted);
+    for (std::uint32_t i = 0; i < t.reg->size(); ++i) CHECK(q.usage(vram::tenant{i}) == 0);
+    CHECK(q.peak_usage(t.job) <= 16 * 1024);
+    CHECK(q.peak_usage(t.layer) <= 6 * 1024);
+    CHECK(q.peak_usage(t.model_a) <= 10 * 1024);
+    q.check_invariants();
+  }
+  CHECK(up.counters().live_allocations() == 0);
+  CHECK(up.counters().peak_live_bytes <= 16 * 1024);
+}
+
+TEST_CASE("quota_adaptor: upstream failure rolls back every level", "[adaptor][quota]") {
+  tree t;
+  upstream_t up;
+  vram::quota_adaptor<upstream_t> q(up, t.reg);
+  CHECK_THROWS_AS(q.allocate(vram::stream_ref{}, std::size_t{1} << 52, 256, t.layer), vram::out_of_memory);
+  CHECK(q.usage(t.layer) == 0);
+  CHECK(q.usage(t.job) == 0);
+  CHECK(q.stats().ooms == 1);
+  q.check_invariants();
+}

@@ -1,0 +1,134 @@
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <vram/adaptor/statistics_adaptor.hpp>
+#include <vram/source/host_source.hpp>
+
+#include "support/misuse_capture.hpp"
+#include "support/recording_resource.hpp"
+
+using upstream_t = vram::test::recording_resource<vram::host_source>;
+
+TEST_CASE("statistics_adaptor: counters match a reference model under random sequences", "[adaptor][statistics]") {
+  auto& reg = *vram::tenant_registry::global();
+  vram::tenant tenants[] = {vram::tenant::none(), reg.create("stats.a"), reg.create("stats.b")};
+  upstream_t up;
+  {
+    vram::statistics_adaptor<upstream_t> r(up);
+    struct live_block {
+      void* p;
+      std::size_t bytes;
+      vram::tenant t;
+    };
+    std::vector<live_block> live;
+    std::map<std::uint32_t, std::int64_t> ref_live, ref_peak;
+    std::int64_t total = 0, peak = 0;
+    std::size_t allocs = 0, frees = 0;
+    std::mt19937 rng(42);
+    for (int i = 0; i < 3000; ++i) {
+      bool alloc = live.empty() || rng() % 3 != 0;
+      if (alloc) {
+        std::size_t bytes = 1 + rng() % 100000;
+        vram::tenant t = tenants[rng() % 3];
+        void* p;
+        if (rng() % 2) {
+          vram::tenant_scope scope(t);
+          p = r.allocate_sync(bytes);
+        } else {
+          p = r.allocate(vram::stream_ref{}, bytes, 256, t);
+        }
+        live.push_back({p, bytes, t});
+        total += static_cast<std::int64_t>(bytes);
+        peak = std::max(peak, total);
+        ref_live[t.id] += static_cast<std::int64_t>(bytes);
+        ref_peak[t.id] = std::max(ref_peak[t.id], ref_live[t.id]);
+        ++allocs;
+      } else {
+        std::size_t k = rng() % live.size();
+        auto b = live[k];
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
+        vram::tenant_scope scope(b.t);
+        r.deallocate_sync(b.p, b.bytes);
+        total -= static_cast<std::int64_t>(b.bytes);
+        ref_live[b.t.id] -= static_cast<std::int64_t>(b.bytes);
+        ++frees;
+      }
+      if (i % 97 == 0) {
+        auto s = r.stats();
+        REQUIRE(s.live_bytes == static_cast<std::size_t>(total));
+        REQUIRE(s.peak_live_bytes == static_cast<std::size_t>(peak));
+        REQUIRE(s.total_allocations == allocs);
+        REQUIRE(s.total_deallocations == frees);
+        REQUIRE(s.live_allocations == live.size());
+        for (auto t : tenants) {
+          REQUIRE(r.stats(t).live_bytes == ref_live[t.id]);
+          REQUIRE(r.stats(t).peak_live_bytes == ref_peak[t.id]);
+        }
+        r.check_invariants();
+      }
+    }
+    CHECK(up.counters().live_bytes == static_cast<std::size_t>(total));
+    for (auto& b : live) {
+      vram::tenant_scope scope(b.t);
+      r.deallocate_sync(b.p, b.bytes);
+    }
+    CHECK(r.stats().live_bytes == 0);
+    r.reset_peaks();
+    CHECK(r.stats().peak_live_bytes == 0);
+  }
+  CHECK(up.counters().live_allocations() == 0);
+}
+
+TEST_CASE("statistics_adaptor: OOM is counted and changes nothing else", "[adaptor][statistics]") {
+  upstream_t up;
+  vram::statistics_adaptor<upstream_t> r(up);
+  void* p = r.allocate_sync(1000);
+  CHECK_THROWS_AS(r.allocate_sync(std::size_t{1} << 52), vram::out_of_memory);
+  auto s = r.stats();
+  CHECK(s.ooms == 1);
+  CHECK(s.live_bytes == 1000);
+  CHECK(s.total_allocations == 1);
+  r.deallocate_sync(p, 1000);
+  CHECK(up.counters().live_allocations() == 0);
+}
+
+TEST_CASE("statistics_adaptor: a foreign pointer is not counted (upstream has owns)", "[adaptor][statistics]") {
+  vram::test::misuse_capture capture;
+  vram::statistics_adaptor<vram::host_source> r;
+  alignas(256) static char foreign[512];
+  r.deallocate_sync(foreign, 512);
+  CHECK(capture.count() == 1);
+  CHECK(r.stats().total_deallocations == 0);
+  CHECK(r.stats().live_bytes == 0);
+}
+
+TEST_CASE("statistics_adaptor: exact totals from several threads", "[adaptor][statistics]") {
+  upstream_t up;
+  vram::statistics_adaptor<upstream_t> r(up);
+  auto& reg = *vram::tenant_registry::global();
+  vram::tenant ts[4] = {reg.create("stats.t0"), reg.create("stats.t1"), reg.create("stats.t2"), reg.create("stats.t3")};
+  std::vector<std::thread> threads;
+  std::vector<void*> kept[4];
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      vram::tenant_scope scope(ts[t]);
+      auto& mine = kept[t];
+      for (int i = 0; i < 500; ++i) mine.push_back(r.allocate_sync(1024));
+      for (int i = 0; i < 250; ++i) r.deallocate_sync(mine[static_cast<std::size_t>(i)], 1024);
+      mine.erase(mine.begin(), mine.begin() + 250);
+    });
+  for (auto& t : threads) t.join();
+  CHECK(r.stats().live_bytes == 4 * 250 * 1024);
+  CHECK(r.stats().total_allocations == 2000);
+  for (auto t : ts) CHECK(r.stats(t).live_bytes == 250 * 1024);
+  r.check_invariants();
+  CHECK(up.counters().live_allocations() == 1000);
+  for (int t = 0; t < 4; ++t)
+    for (void* p : kept[t]) r.deallocate(vram::stream_ref{}, p, 1024, 256, ts[t]);
+  CHECK(up.counters().live_allocations() == 0);
+  CHECK(r.stats().live_bytes == 0);
+}
