@@ -1,0 +1,427 @@
+#pragma once
+// vram::activation_arena: the allocator for activations — bump allocation in chunks, frees in
+// (mostly) reverse order, and an O(1) reset at the end of each training step.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <vram/core/alignment.hpp>
+#include <vram/core/concepts.hpp>
+#include <vram/core/error_handler.hpp>
+#include <vram/core/event.hpp>
+#include <vram/core/observer.hpp>
+#include <vram/core/properties.hpp>
+#include <vram/core/stats.hpp>
+#include <vram/detail/arena_chunk.hpp>
+#include <vram/detail/throw.hpp>
+
+namespace vram {
+
+/// Tunables of an activation_arena.
+struct activation_arena_options {
+  /// Bytes taken from the upstream per chunk; a request larger than this gets a chunk of its own.
+  std::size_t chunk_bytes = std::size_t{64} << 20;
+};
+
+/// A position in an activation_arena, from mark(); rewind(m) frees everything allocated after it.
+struct arena_mark {
+  std::size_t chunk = 0;
+  std::size_t offset = 0;
+  std::uint64_t epoch = 0;
+};
+
+/// An arena for activations: the forward pass allocates layer after layer, the backward pass
+/// frees them (mostly) in reverse, and everything is dead at the end of the step.
+///
+/// - Allocation bumps a pointer in the current chunk (O(1)). When it is full the arena moves
+///   to its next chunk, taking one from the upstream only if it has none left; a request
+///   larger than a chunk gets a chunk of its own.
+/// - Frees in reverse order are O(1) and give the space back at once. Frees in any other order
+///   are tolerated (O(chunks + log blocks)): the block is marked dead, and its space returns
+///   when everything above it in its chunk is dead too.
+/// - mark() / rewind(mark), and arena_scope (RAII), free everything allocated after a point.
+/// - reset() ends a step in O(1): it bumps an epoch, so every block of the step is dead at
+///   once, and keeps every chunk, so a steady training loop touches the upstream only in its
+///   first step. Deallocating a pointer from before a reset is reported as
+///   misuse::use_after_reset (unless its address was handed out again since: an address
+///   cannot tell two steps apart) and changes nothing.
+///
+/// Streams: an arena is bound to one stream (given at construction; stream_ref{} for
+/// synchronous use). Memory is reused in that stream's order, so no synchronisation is ever
+/// needed. allocate/deallocate on another stream are errors (invalid_argument / a
+/// misuse::wrong_stream report). To use an arena's memory from another stream S, record an
+/// event on S after S's last use and make the arena's stream wait on it
+/// (`vram::event e; e.record(S); e.make_wait(arena.stream());`) before freeing, rewinding or
+/// resetting. allocate_sync synchronizes the arena's stream first (the memory may have been
+/// freed on it by work still in flight); deallocate_sync frees in program order.
+/// Thread safety: none; like its stream, an arena is used by one thread at a time.
+/// Alignment: at least default_alignment; any valid alignment (larger ones waste the gap).
+/// Upstream: held by value; chunks are returned to it by release() and the destructor.
+/// Zero bytes: allocate returns nullptr; deallocate(nullptr, ...) does nothing.
+/// Errors: a failed request (bad argument, upstream out of memory) leaves the arena unchanged
+/// and throws invalid_argument / out_of_memory. Misuse on deallocate (foreign pointer, double
+/// free, wrong size, wrong stream, use after reset) is reported and changes nothing.
+template <class Upstream, class Observer = no_observer>
+  requires resource<Upstream>
+class activation_arena : public forward_properties<activation_arena<Upstream, Observer>, Upstream> {
+ public:
+  explicit activation_arena(Upstream upstream, stream_ref stream = {}, activation_arena_options options = {},
+                            Observer observer = {})
+      : upstream_(std::move(upstream)), observer_(std::move(observer)), stream_(stream),
+        chunk_bytes_(align_up(options.chunk_bytes, default_alignment)) {
+    if (options.chunk_bytes == 0 || options.chunk_bytes > max_request_bytes)
+      detail::throw_invalid_argument(name(), "chunk_bytes must be in (0, max_request_bytes]");
+  }
+
+  activation_arena(const activation_arena&) = delete;
+  activation_arena& operator=(const activation_arena&) = delete;
+  activation_arena(activation_arena&& o) noexcept
+      : upstream_(std::move(o.upstream_)), observer_(std::move(o.observer_)), stream_(o.stream_),
+        chunk_bytes_(o.chunk_bytes_), chunks_(std::exchange(o.chunks_, {})), current_(std::exchange(o.current_, 0)),
+        epoch_(o.epoch_), stats_(std::exchange(o.stats_, {})) {}
+  activation_arena& operator=(activation_arena&&) = delete;
+
+  ~activation_arena() {
+    if (stats_.live_allocations != 0)
+      report_misuse({misuse::live_at_destruction, name(), nullptr, stats_.live_bytes, 0});
+    for (auto& c : chunks_) give_back(c);
+  }
+
+  [[nodiscard]] static constexpr const char* name() noexcept { return "activation_arena"; }
+
+  /// Allocates `bytes` on the arena's stream. Throws invalid_argument for a bad alignment, an
+  /// absurd size or another stream; out_of_memory when the upstream cannot provide a chunk.
+  [[nodiscard]] void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
+    detail::check_request(name(), bytes, align);
+    if (!(s == stream_)) [[unlikely]]
+      detail::throw_invalid_argument(name(), "allocate on a stream other than the arena's (see the class comment)");
+    if (bytes == 0) return nullptr;
+    std::size_t footprint = align_up(bytes, default_alignment);
+    if (!chunks_.empty()) [[likely]] {
+      if (void* p = bump(chunks_[current_], bytes, footprint, align)) [[likely]]
+        return p;
+    }
+    return allocate_slow(bytes, footprint, align);
+  }
+
+  /// Frees a block on the arena's stream. LIFO order is O(1); any order is tolerated.
+  void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t = default_alignment) noexcept {
+    if (p == nullptr) return;
+    if (!(s == stream_)) [[unlikely]] {
+      report_misuse({misuse::wrong_stream, name(), p, bytes, 0});
+      return;
+    }
+    if (!chunks_.empty()) [[likely]] {
+      auto& c = chunks_[current_];
+      if (!c.blocks.empty()) {
+        auto& b = c.blocks.back();
+        if (c.base + b.offset == p && b.requested == bytes) [[likely]] {
+          account_free(b);
+          c.blocks.pop_back();
+          c.pop_dead();
+          if (c.blocks.empty()) step_back();
+          observer_.on_deallocate(p, bytes, stream_);
+          return;
+        }
+      }
+    }
+    deallocate_slow(p, bytes);
+  }
+
+  [[nodiscard]] void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) {
+    synchronize(stream_);
+    return allocate(stream_, bytes, align);
+  }
+  void deallocate_sync(void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
+    deallocate(stream_, p, bytes, align);
+  }
+
+  /// The current position; rewind(mark()) later frees everything allocated in between.
+  [[nodiscard]] arena_mark mark() const noexcept {
+    if (chunks_.empty()) return {0, 0, epoch_};
+    return {current_, chunks_[current_].top, epoch_};
+  }
+
+  /// Frees every block allocated after `m` (and still live). O(blocks freed).
+  /// Pre: blocks allocated before `m` were not freed in between (blocks allocated into their
+  /// space after `m` then stay live until freed or reset: valid, but not rewound).
+  /// Throws invalid_argument for a mark from before the last reset().
+  void rewind(const arena_mark& m) {
+    if (m.epoch != epoch_) detail::throw_invalid_argument(name(), "rewind to a mark from before a reset()");
+    if (chunks_.empty() || m.chunk > current_) return;  // everything after the mark is already free
+    for (std::size_t i = current_; i > m.chunk; --i) {
+      auto& c = chunks_[i];
+      for (const auto& b : c.blocks)
+        if (b.live) account_free(b);
+      c.blocks.clear();
+      c.top = 0;
+    }
+    current_ = m.chunk;
+    auto& c = chunks_[current_];
+    while (!c.blocks.empty() && c.blocks.back().offset >= m.offset) {
+      if (c.blocks.back().live) account_free(c.blocks.back());
+      c.blocks.pop_back();
+    }
+    c.pop_dead();
+    if (c.blocks.empty()) step_back();
+  }
+
+  /// Ends a step in O(1): every live block is freed and every chunk kept for the next step.
+  /// Deallocating a block of the ended step afterwards is reported as use_after_reset.
+  void reset() noexcept {
+    ++epoch_;
+    stats_.total_deallocations += stats_.live_allocations;
+    stats_.live_allocations = 0;
+    stats_.live_bytes = 0;
+    stats_.requested_bytes = 0;
+    current_ = 0;
+    if (!chunks_.empty()) chunks_[0].refresh(epoch_);
+  }
+
+  /// Gives the chunks that hold nothing live back to the upstream; returns the bytes released.
+  std::size_t release() noexcept {
+    std::size_t keep = stats_.live_allocations == 0 ? 0 : current_ + 1;
+    std::size_t bytes = 0;
+    for (std::size_t i = keep; i < chunks_.size(); ++i) {
+      bytes += chunks_[i].bytes;
+      give_back(chunks_[i]);
+    }
+    chunks_.resize(std::min(keep, chunks_.size()));
+    if (chunks_.empty()) current_ = 0;
+    return bytes;
+  }
+
+  /// True when `p` is the start of a live block of the current step.
+  [[nodiscard]] bool owns(const void* p) const noexcept {
+    for (const auto& c : chunks_) {
+      if (!c.contains(p) || c.epoch != epoch_) continue;
+      std::size_t i = c.find(static_cast<std::size_t>(static_cast<const char*>(p) - c.base));
+      return i < c.blocks.size() && c.blocks[i].live;
+    }
+    return false;
+  }
+
+  /// live/requested/reserved bytes and their peaks, counts, free space. O(chunks).
+  [[nodiscard]] vram::stats stats() const noexcept {
+    vram::stats s = stats_;
+    s.free_bytes = s.reserved_bytes - s.live_bytes;
+    // Bumpable space: the rest of the current chunk and every chunk after it.
+    for (std::size_t i = current_; i < chunks_.size(); ++i) {
+      const auto& c = chunks_[i];
+      std::size_t room = c.epoch == epoch_ ? c.bytes - c.top : c.bytes;
+      if (room == 0) continue;
+      ++s.free_blocks;
+      s.largest_free_block = std::max(s.largest_free_block, room);
+    }
+    return s;
+  }
+
+  /// Verifies the invariants (block order, tops, live byte totals); throws std::logic_error.
+  /// Full checks under VRAM_DEBUG, nothing otherwise.
+  void check_invariants() const {
+#if VRAM_DEBUG
+    std::size_t live = 0, requested = 0, count = 0, reserved = 0;
+    for (std::size_t i = 0; i < chunks_.size(); ++i) {
+      const auto& c = chunks_[i];
+      reserved += c.bytes;
+      if (c.epoch != epoch_) {
+        if (i <= current_) fail("a chunk at or below the current one is from an older epoch");
+        continue;
+      }
+      if (i > current_ && !c.blocks.empty()) fail("a chunk above the current one holds blocks");
+      std::size_t prev_end = 0;
+      for (const auto& b : c.blocks) {
+        if (b.offset < prev_end || b.end <= b.offset || b.end > c.bytes) fail("blocks overlap or leave the chunk");
+        if (b.end - b.offset != align_up(b.requested, default_alignment)) fail("block footprint != rounded request");
+        prev_end = b.end;
+        if (b.live) live += b.end - b.offset, requested += b.requested, ++count;
+      }
+      if (c.top != prev_end) fail("top != end of the last block");
+      if (!c.blocks.empty() && !c.blocks.back().live) fail("a dead block on top of a chunk");
+    }
+    if (live != stats_.live_bytes || requested != stats_.requested_bytes || count != stats_.live_allocations)
+      fail("live totals disagree with the blocks");
+    if (reserved != stats_.reserved_bytes) fail("reserved_bytes != sum of chunk sizes");
+    if (!chunks_.empty() && current_ >= chunks_.size()) fail("current chunk out of range");
+    if (stats_.live_allocations != stats_.total_allocations - stats_.total_deallocations)
+      fail("live_allocations != total_allocations - total_deallocations");
+#endif
+  }
+
+  [[nodiscard]] stream_ref stream() const noexcept { return stream_; }
+  [[nodiscard]] std::size_t chunk_bytes() const noexcept { return chunk_bytes_; }
+  [[nodiscard]] std::size_t chunk_count() const noexcept { return chunks_.size(); }
+  [[nodiscard]] const Upstream& upstream() const noexcept { return upstream_; }
+  [[nodiscard]] Upstream& upstream() noexcept { return upstream_; }
+  [[nodiscard]] Observer& observer() noexcept { return observer_; }
+
+  friend bool operator==(const activation_arena& a, const activation_arena& b) noexcept { return &a == &b; }
+
+ private:
+  [[noreturn]] static void fail(const char* what) { throw std::logic_error(std::string("activation_arena: ") + what); }
+
+  /// Bumps `bytes` into `c`, or returns nullptr when it does not fit.
+  void* bump(detail::arena_chunk& c, std::size_t bytes, std::size_t footprint, std::size_t align) {
+    std::size_t offset = c.top;
+    if (align > default_alignment) [[unlikely]]
+      offset = align_up(reinterpret_cast<std::uintptr_t>(c.base) + c.top, align) - reinterpret_cast<std::uintptr_t>(c.base);
+    if (offset > c.bytes || c.bytes - offset < footprint) return nullptr;
+    c.blocks.push_back({offset, offset + footprint, bytes, true});  // may throw bad_alloc: nothing changed yet
+    c.top = offset + footprint;
+    stats_.live_bytes += footprint;
+    stats_.requested_bytes += bytes;
+    ++stats_.live_allocations;
+    ++stats_.total_allocations;
+    stats_.peak_live_bytes = std::max(stats_.peak_live_bytes, stats_.live_bytes);
+    stats_.peak_requested_bytes = std::max(stats_.peak_requested_bytes, stats_.requested_bytes);
+    void* p = c.base + offset;
+    observer_.on_allocate(p, bytes, stream_);
+    return p;
+  }
+
+  /// The current chunk is full (or there is none): move to the next chunk, or take a new one.
+  void* allocate_slow(std::size_t bytes, std::size_t footprint, std::size_t align) {
+    std::size_t next = chunks_.empty() ? 0 : current_ + 1;
+    if (next < chunks_.size()) {
+      chunks_[next].refresh(epoch_);
+      if (void* p = bump(chunks_[next], bytes, footprint, align)) {
+        current_ = next;
+        return p;
+      }
+    }
+    // A new chunk, inserted at `next` so that spare chunks stay for later in the step.
+    std::size_t need = footprint + (align > default_alignment ? align - default_alignment : 0);
+    std::size_t size = std::max(chunk_bytes_, need);
+    void* base = nullptr;
+    try {
+      base = upstream_.allocate(stream_, size, default_alignment);
+    } catch (const out_of_memory&) {
+      ++stats_.ooms;
+      observer_.on_out_of_memory(bytes, stream_, stats());
+      detail::throw_out_of_memory(name(), bytes, stream_, stats());
+    }
+    try {
+      detail::arena_chunk c{static_cast<char*>(base), size, 0, epoch_, epoch_, {}};
+      c.blocks.reserve(16);
+      chunks_.insert(chunks_.begin() + static_cast<std::ptrdiff_t>(next), std::move(c));
+    } catch (...) {
+      upstream_.deallocate(stream_, base, size, default_alignment);
+      throw;
+    }
+    stats_.reserved_bytes += size;
+    stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+    ++stats_.upstream_allocations;
+    observer_.on_grow(base, size);
+    void* p = bump(chunks_[next], bytes, footprint, align);  // fits by construction; reserve(16) so no throw
+    current_ = next;
+    return p;
+  }
+
+  void deallocate_slow(void* p, std::size_t bytes) noexcept {
+    // Search recent chunks first: out-of-order frees are usually near the top.
+    std::size_t i = chunks_.size();
+    for (std::size_t k = 0; k < chunks_.size(); ++k) {
+      std::size_t idx = (current_ + chunks_.size() - k) % chunks_.size();
+      if (chunks_[idx].contains(p)) {
+        i = idx;
+        break;
+      }
+    }
+    if (i == chunks_.size()) {
+      report_misuse({misuse::foreign_pointer, name(), p, bytes, 0});
+      return;
+    }
+    auto& c = chunks_[i];
+    if (c.epoch != epoch_) {
+      report_misuse({misuse::use_after_reset, name(), p, bytes, 0});
+      return;
+    }
+    auto offset = static_cast<std::size_t>(static_cast<char*>(p) - c.base);
+    std::size_t k = c.find(offset);
+    if (k == c.blocks.size()) {
+      // Not a block of this step. In a chunk that lived through a reset it is most likely a
+      // pointer of an ended step; otherwise a second free (in the free space above the top) or
+      // an interior pointer.
+      misuse kind = c.born != epoch_ ? misuse::use_after_reset
+                    : offset >= c.top ? misuse::double_free
+                                      : misuse::foreign_pointer;
+      report_misuse({kind, name(), p, bytes, 0});
+      return;
+    }
+    auto& b = c.blocks[k];
+    if (!b.live) {
+      report_misuse({misuse::double_free, name(), p, bytes, 0});
+      return;
+    }
+    if (b.requested != bytes) {
+      report_misuse({misuse::wrong_size, name(), p, bytes, b.requested});
+      return;
+    }
+    account_free(b);
+    b.live = false;
+    if (k + 1 == c.blocks.size()) {
+      c.pop_dead();
+      if (i == current_ && c.blocks.empty()) step_back();
+    }
+    observer_.on_deallocate(p, bytes, stream_);
+  }
+
+  void account_free(const detail::arena_block& b) noexcept {
+    stats_.live_bytes -= b.end - b.offset;
+    stats_.requested_bytes -= b.requested;
+    --stats_.live_allocations;
+    ++stats_.total_deallocations;
+  }
+
+  /// The current chunk is empty: continue in the highest chunk below it that holds blocks, so
+  /// their free tops are bumped into again.
+  void step_back() noexcept {
+    while (current_ > 0 && chunks_[current_].blocks.empty()) --current_;
+  }
+
+  void give_back(detail::arena_chunk& c) noexcept {
+    if (c.base == nullptr) return;
+    observer_.on_release(c.base, c.bytes);
+    upstream_.deallocate(stream_, c.base, c.bytes, default_alignment);
+    stats_.reserved_bytes -= c.bytes;
+    ++stats_.upstream_deallocations;
+    c.base = nullptr;
+  }
+
+  [[no_unique_address]] Upstream upstream_;
+  [[no_unique_address]] Observer observer_;
+  stream_ref stream_;
+  std::size_t chunk_bytes_;
+  std::vector<detail::arena_chunk> chunks_;  // in the order a step uses them
+  std::size_t current_ = 0;                  // the chunk being bumped; chunks above it hold nothing live
+  std::uint64_t epoch_ = 0;                  // the step; bumped by reset()
+  // live_bytes == sum of live block footprints (current epoch); reserved_bytes == sum of chunk bytes
+  vram::stats stats_{};
+};
+
+/// Rewinds an activation_arena to where it was when the scope began (RAII).
+template <class Arena>
+class arena_scope {
+ public:
+  explicit arena_scope(Arena& arena) noexcept : arena_(arena), mark_(arena.mark()) {}
+  arena_scope(const arena_scope&) = delete;
+  arena_scope& operator=(const arena_scope&) = delete;
+  ~arena_scope() {
+    try {
+      arena_.rewind(mark_);
+    } catch (...) {  // the arena was reset inside the scope: nothing left to rewind
+    }
+  }
+  [[nodiscard]] const arena_mark& mark() const noexcept { return mark_; }
+
+ private:
+  Arena& arena_;
+  arena_mark mark_;
+};
+
+}  // namespace vram
