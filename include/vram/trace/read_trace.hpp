@@ -1,0 +1,569 @@
+#pragma once
+// Trace readers: PyTorch memory snapshots (pickle), Kineto profiler traces (Chrome-trace JSON,
+// optionally gzipped), RMM CSV logs, lifetime CSVs (id,lower,upper,size) and vram's own
+// format (docs/replay.md). `read_trace(path)` detects the format from the content.
+//
+// Every reader turns malformed input into a vram::trace::trace_error naming the source (and,
+// for binary or JSON input, the byte offset), and tolerable inconsistencies (frees of unknown
+// addresses, fields of the wrong type in one event) into counted warnings on the trace.
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#if __has_include(<zlib.h>)
+#include <zlib.h>
+#define VRAM_TRACE_HAS_ZLIB 1
+#else
+#define VRAM_TRACE_HAS_ZLIB 0
+#endif
+
+#include <vram/detail/json.hpp>
+#include <vram/detail/pickle.hpp>
+#include <vram/detail/trace_builder.hpp>
+#include <vram/trace/trace.hpp>
+
+namespace vram::trace {
+
+/// A trace that cannot be read; what() names the file and, where it applies, the byte offset.
+class trace_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Sizes beyond this are taken as corrupt (no device has 2^48 bytes).
+inline constexpr std::uint64_t max_trace_bytes = std::uint64_t{1} << 48;
+
+namespace detail_reader {
+
+inline std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+inline std::vector<std::string_view> split(std::string_view line, char sep = ',') {
+  std::vector<std::string_view> out;
+  for (;;) {
+    auto p = line.find(sep);
+    out.push_back(trim(line.substr(0, p)));
+    if (p == std::string_view::npos) return out;
+    line.remove_prefix(p + 1);
+  }
+}
+
+/// Unsigned integer in decimal, or hex with a 0x prefix; false when malformed.
+inline bool parse_u64(std::string_view s, std::uint64_t& out) {
+  int base = 10;
+  if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+    s.remove_prefix(2);
+    base = 16;
+  }
+  if (s.empty()) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out, base);
+  return ec == std::errc{} && p == s.data() + s.size();
+}
+
+inline bool parse_i64(std::string_view s, std::int64_t& out) {
+  if (s.empty()) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc{} && p == s.data() + s.size();
+}
+
+/// Iterates the lines of `text` (without the line break), with 1-based numbers.
+template <class F>
+void for_each_line(std::string_view text, F&& f) {
+  std::size_t number = 0;
+  while (!text.empty()) {
+    auto p = text.find('\n');
+    std::string_view line = text.substr(0, p);
+    ++number;
+    f(trim(line), number);
+    if (p == std::string_view::npos) break;
+    text.remove_prefix(p + 1);
+  }
+}
+
+inline std::string_view first_line(std::string_view text) { return trim(text.substr(0, text.find('\n'))); }
+
+}  // namespace detail_reader
+
+/// Decompresses gzip data (at most `limit` bytes of output, against decompression bombs).
+inline std::string gunzip(std::string_view data, const std::string& source,
+                          std::size_t limit = std::size_t{8} << 30) {
+#if VRAM_TRACE_HAS_ZLIB
+  z_stream z{};
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) throw trace_error(source + ": gzip: cannot initialise zlib");
+  std::string out;
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  z.avail_in = static_cast<uInt>(std::min<std::size_t>(data.size(), UINT32_MAX));
+  std::size_t fed = z.avail_in;
+  int rc = Z_OK;
+  char buf[1 << 16];
+  while (rc != Z_STREAM_END) {
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof buf;
+    rc = inflate(&z, Z_NO_FLUSH);
+    if (rc != Z_OK && rc != Z_STREAM_END) {
+      std::size_t at = z.total_in;
+      inflateEnd(&z);
+      throw trace_error(source + ": gzip: corrupt or truncated data at compressed byte " + std::to_string(at));
+    }
+    out.append(buf, sizeof buf - z.avail_out);
+    if (out.size() > limit) {
+      inflateEnd(&z);
+      throw trace_error(source + ": gzip: decompressed data larger than the limit");
+    }
+    if (rc == Z_OK && z.avail_in == 0 && z.avail_out != 0) {
+      if (fed < data.size()) {  // inputs beyond 4 GiB: feed the next piece
+        std::size_t n = std::min<std::size_t>(data.size() - fed, UINT32_MAX);
+        z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data() + fed));
+        z.avail_in = static_cast<uInt>(n);
+        fed += n;
+        continue;
+      }
+      inflateEnd(&z);
+      throw trace_error(source + ": gzip: truncated data (stream ends after " + std::to_string(out.size()) +
+                        " decompressed bytes)");
+    }
+  }
+  inflateEnd(&z);
+  return out;
+#else
+  (void)data;
+  (void)limit;
+  throw trace_error(source + ": gzip-compressed, but vram was built without zlib (gunzip the file first)");
+#endif
+}
+
+/// A PyTorch memory snapshot (`torch.cuda.memory._snapshot()` pickled): `device_traces` of
+/// the device with the most events; blocks live at the start come from `segments` and from
+/// frees of addresses never allocated in the window; recorded reserved bytes come from
+/// `segment_*` events, anchored at the segments' total at the end.
+inline trace read_pytorch_snapshot(std::string_view data, const std::string& source) {
+  using vram::detail::pickle_node;
+  using kind = pickle_node::kind;
+  vram::detail::pickle_document doc;
+  try {
+    doc = vram::detail::parse_pickle(data, source);
+  } catch (const vram::detail::pickle_error& e) {
+    throw trace_error(e.what());
+  }
+  const pickle_node& root = doc.at(doc.root);
+  if (root.type != kind::dict) throw trace_error(source + ": not a PyTorch memory snapshot (the pickle is no dict)");
+  const pickle_node* traces = doc.find(root, "device_traces");
+  if (traces == nullptr || traces->type != kind::list)
+    throw trace_error(source + ": not a PyTorch memory snapshot (no 'device_traces' list; record with "
+                      "torch.cuda.memory._record_memory_history() before _snapshot())");
+  const pickle_node* events = nullptr;
+  std::size_t nonempty = 0;
+  for (auto i : traces->items) {
+    const pickle_node& t = doc.at(i);
+    if (t.type != kind::list) continue;
+    nonempty += !t.items.empty();
+    if (events == nullptr || t.items.size() > events->items.size()) events = &t;
+  }
+  detail::trace_builder b(source, "pytorch-snapshot");
+  if (nonempty > 1) b.warn("several devices recorded: replaying the one with the most events");
+
+  auto get_int = [&](const pickle_node& d, std::string_view key, std::int64_t& out) {
+    const pickle_node* v = doc.find(d, key);
+    if (v == nullptr || (v->type != kind::integer && v->type != kind::boolean)) return false;
+    out = v->integer;
+    return true;
+  };
+  auto get_str = [&](const pickle_node& d, std::string_view key) -> std::string_view {
+    const pickle_node* v = doc.find(d, key);
+    return v != nullptr && v->type == kind::string ? std::string_view(v->text) : std::string_view{};
+  };
+
+  // Frees: free_requested (when the program freed) where present, else free_completed/free.
+  bool has_requested = false;
+  std::int64_t segment_net = 0;  // reserved bytes gained in the window
+  if (events != nullptr) {
+    for (auto i : events->items) {
+      const pickle_node& e = doc.at(i);
+      auto action = get_str(e, "action");
+      std::int64_t size = 0;
+      has_requested |= action == "free_requested";
+      if (!get_int(e, "size", size) || size < 0) continue;
+      if (action == "segment_alloc" || action == "segment_map") segment_net += size;
+      if (action == "segment_free" || action == "segment_unmap") segment_net -= size;
+    }
+  }
+  std::int64_t end_reserved = 0;
+  const pickle_node* segments = doc.find(root, "segments");
+  if (segments != nullptr && segments->type == kind::list)
+    for (auto i : segments->items) {
+      std::int64_t total = 0;
+      if (get_int(doc.at(i), "total_size", total) && total > 0) end_reserved += total;
+    }
+  std::int64_t reserved = end_reserved - segment_net;
+  if (reserved < 0) {
+    b.warn("segments and segment events disagree: recorded reserved bytes start at 0");
+    reserved = 0;
+  }
+  b.recorded_reserved(static_cast<std::uint64_t>(reserved));
+
+  if (events != nullptr) {
+    std::size_t index = 0;
+    for (auto i : events->items) {
+      ++index;
+      const pickle_node& e = doc.at(i);
+      if (e.type != kind::dict) {
+        b.warn("event " + std::to_string(index) + " is not a dict: skipped");
+        continue;
+      }
+      auto action = get_str(e, "action");
+      std::int64_t addr = 0, size = 0, stream = 0, time_us = 0;
+      get_int(e, "stream", stream);
+      get_int(e, "time_us", time_us);
+      bool ok = get_int(e, "addr", addr) && get_int(e, "size", size) && addr >= 0 && size >= 0 &&
+                static_cast<std::uint64_t>(size) <= max_trace_bytes;
+      bool is_free = action == (has_requested ? "free_requested" : "free_completed") || action == "free";
+      bool is_segment = action.starts_with("segment_");
+      if (action != "alloc" && !is_free && !is_segment) continue;  // snapshot, oom, free_completed, ...
+      if (!ok) {
+        b.warn("event " + std::to_string(index) + " (" + std::string(action) + ") has a missing or invalid addr/size: skipped");
+        continue;
+      }
+      std::int64_t t = time_us * 1000;
+      if (action == "alloc") {
+        b.alloc(static_cast<std::uint64_t>(addr), static_cast<std::uint64_t>(size), static_cast<std::uint64_t>(stream), t);
+      } else if (is_free) {
+        b.free(static_cast<std::uint64_t>(addr), static_cast<std::uint64_t>(size), static_cast<std::uint64_t>(stream), t);
+      } else {
+        reserved += (action == "segment_alloc" || action == "segment_map") ? size : -size;
+        b.recorded_reserved(static_cast<std::uint64_t>(std::max<std::int64_t>(reserved, 0)));
+      }
+    }
+  }
+  // Blocks still allocated at the end that no allocation in the window explains.
+  if (segments != nullptr && segments->type == kind::list)
+    for (auto i : segments->items) {
+      const pickle_node& seg = doc.at(i);
+      std::int64_t stream = 0;
+      get_int(seg, "stream", stream);
+      const pickle_node* blocks = doc.find(seg, "blocks");
+      if (blocks == nullptr || blocks->type != kind::list) continue;
+      for (auto j : blocks->items) {
+        const pickle_node& blk = doc.at(j);
+        if (get_str(blk, "state") != "active_allocated") continue;
+        std::int64_t addr = 0, size = 0;
+        if (!get_int(blk, "address", addr) || addr < 0) continue;
+        if (!get_int(blk, "requested_size", size) && !get_int(blk, "size", size)) continue;
+        if (size <= 0 || static_cast<std::uint64_t>(size) > max_trace_bytes) continue;
+        b.live_at_end(static_cast<std::uint64_t>(addr), static_cast<std::uint64_t>(size), static_cast<std::uint64_t>(stream));
+      }
+    }
+  return std::move(b).finish();
+}
+
+/// A PyTorch profiler (Kineto) Chrome trace: `[memory]` instant events of one CUDA device
+/// (`Device Type` 1); `Bytes` > 0 allocates, < 0 frees; `Total Reserved` is recorded.
+inline trace read_kineto(std::string_view text, const std::string& source) {
+  detail::trace_builder b(source, "kineto");
+  vram::detail::json_reader r(text, source);
+  std::int64_t device = -1;
+  std::size_t other_devices = 0;
+  // Events of several host threads are not in time order in the file: collect, then sort.
+  struct record {
+    std::int64_t time_ns, index;
+    std::uint64_t addr;
+    std::int64_t bytes, reserved;  // bytes < 0: a free; reserved < 0: not recorded
+  };
+  std::vector<record> records;
+  auto on_event = [&](const vram::detail::json_value& e) {
+    const auto* name = e.find("name");
+    if (name == nullptr || !name->is_string() || name->string != "[memory]") return;
+    const auto* args = e.find("args");
+    if (args == nullptr) return b.warn("[memory] event without args: skipped");
+    const auto* type = args->find("Device Type");
+    if (type == nullptr || !type->is_number() || type->as_int() != 1) return;  // CPU memory
+    const auto* id = args->find("Device Id");
+    std::int64_t dev = id != nullptr && id->is_number() ? id->as_int() : 0;
+    if (device < 0) device = dev;
+    if (dev != device) {
+      ++other_devices;
+      return;
+    }
+    const auto* addr = args->find("Addr");
+    const auto* bytes = args->find("Bytes");
+    if (addr == nullptr || bytes == nullptr || !addr->is_number() || !bytes->is_number() || !addr->integral ||
+        !bytes->integral)
+      return b.warn("[memory] event without integral Addr/Bytes: skipped");
+    std::int64_t n = bytes->integer;
+    std::uint64_t size = n < 0 ? 0 - static_cast<std::uint64_t>(n) : static_cast<std::uint64_t>(n);
+    if (size > max_trace_bytes) return b.warn("[memory] event with an absurd size: skipped");
+    const auto* ts = e.find("ts");
+    const auto* index = args->find("Ev Idx");
+    const auto* reserved = args->find("Total Reserved");
+    records.push_back({static_cast<std::int64_t>(ts != nullptr && ts->is_number() ? ts->number * 1000.0 : 0.0),
+                       index != nullptr && index->is_number() ? index->as_int() : 0,
+                       static_cast<std::uint64_t>(addr->integer), n,
+                       reserved != nullptr && reserved->is_number() && reserved->number >= 0
+                           ? static_cast<std::int64_t>(reserved->number)
+                           : -1});
+  };
+  auto events_array = [&] {
+    r.begin_array();
+    bool first = true;
+    while (r.next_element(first)) on_event(r.parse_value(1));
+  };
+  try {
+    if (text.find_first_not_of(" \t\r\n") != std::string_view::npos &&
+        text[text.find_first_not_of(" \t\r\n")] == '[') {
+      events_array();
+    } else {
+      r.begin_object();
+      std::string key;
+      bool first = true;
+      bool found = false;
+      while (r.next_key(key, first)) {
+        if (key == "traceEvents") {
+          found = true;
+          events_array();
+        } else {
+          r.skip_value(1);
+        }
+      }
+      if (!found) throw trace_error(source + ": a JSON file without 'traceEvents' (not a Chrome/Kineto trace)");
+    }
+    if (!r.at_end()) r.fail("trailing data after the JSON value");
+  } catch (const vram::detail::json_error& e) {
+    throw trace_error(e.what());
+  }
+  std::stable_sort(records.begin(), records.end(), [](const record& a, const record& c) {
+    return a.time_ns != c.time_ns ? a.time_ns < c.time_ns : a.index < c.index;
+  });
+  for (const auto& r : records) {
+    auto size = r.bytes < 0 ? 0 - static_cast<std::uint64_t>(r.bytes) : static_cast<std::uint64_t>(r.bytes);
+    if (r.bytes > 0) b.alloc(r.addr, size, 0, r.time_ns);
+    else if (r.bytes < 0) b.free(r.addr, size, 0, r.time_ns);
+    if (r.reserved >= 0) b.recorded_reserved(static_cast<std::uint64_t>(r.reserved));
+  }
+  if (other_devices != 0)
+    b.warn(std::to_string(other_devices) + " memory events of other CUDA devices skipped (device " +
+           std::to_string(device) + " replayed)");
+  if (b.events() == 0 && device < 0)
+    b.warn("no CUDA [memory] events: record with torch.profiler.profile(profile_memory=True)");
+  return std::move(b).finish();
+}
+
+/// An RMM log (`rmm::mr::logging_resource_adaptor`): header `Thread,Time,Action,Pointer,Size,Stream`
+/// (column order free, an optional `Tenant` column ignored); `allocate failure` rows are skipped.
+inline trace read_rmm_csv(std::string_view text, const std::string& source) {
+  detail::trace_builder b(source, "rmm-csv");
+  int c_time = -1, c_action = -1, c_ptr = -1, c_size = -1, c_stream = -1;
+  std::size_t columns = 0;
+  detail_reader::for_each_line(text, [&](std::string_view line, std::size_t number) {
+    if (line.empty()) return;
+    auto f = detail_reader::split(line);
+    if (columns == 0) {
+      columns = f.size();
+      for (std::size_t i = 0; i < f.size(); ++i) {
+        if (f[i] == "Time") c_time = int(i);
+        if (f[i] == "Action") c_action = int(i);
+        if (f[i] == "Pointer") c_ptr = int(i);
+        if (f[i] == "Size") c_size = int(i);
+        if (f[i] == "Stream") c_stream = int(i);
+      }
+      if (c_action < 0 || c_ptr < 0 || c_size < 0)
+        throw trace_error(source + ": line 1: an RMM log needs Action, Pointer and Size columns");
+      return;
+    }
+    auto where = [&] { return source + ": line " + std::to_string(number); };
+    if (f.size() < columns) return b.warn(where() + ": too few fields: skipped");
+    std::uint64_t ptr = 0, size = 0, stream = 0;
+    if (!detail_reader::parse_u64(f[std::size_t(c_ptr)], ptr) || !detail_reader::parse_u64(f[std::size_t(c_size)], size) ||
+        size > max_trace_bytes)
+      return b.warn(where() + ": invalid Pointer or Size: skipped");
+    if (c_stream >= 0 && !detail_reader::parse_u64(f[std::size_t(c_stream)], stream)) stream = 0;
+    // Time: "HH:MM:SS.ffffff" (or seconds); ordering comes from the line order anyway.
+    std::int64_t t = 0;
+    if (c_time >= 0) {
+      double seconds = 0, part = 0;
+      std::string field(f[std::size_t(c_time)]);
+      std::istringstream in(field);
+      char colon = 0;
+      while (in >> part) {
+        seconds = seconds * 60 + part;
+        if (!(in >> colon) || colon != ':') break;
+      }
+      t = static_cast<std::int64_t>(seconds * 1e9);
+    }
+    auto action = f[std::size_t(c_action)];
+    if (action == "allocate") b.alloc(ptr, size, stream, t);
+    else if (action == "free") b.free(ptr, size, stream, t);
+    else if (action != "allocate failure") b.warn(where() + ": unknown action: skipped");
+  });
+  if (columns == 0) throw trace_error(source + ": empty RMM log");
+  return std::move(b).finish();
+}
+
+/// A lifetime CSV (`id,lower,upper,size`): buffer `id` is live over steps [lower, upper).
+inline trace read_lifetime_csv(std::string_view text, const std::string& source) {
+  trace t;
+  t.name = source;
+  t.format = "lifetime-csv";
+  struct row {
+    std::int64_t time;
+    bool alloc;
+    std::uint64_t id, bytes;
+  };
+  std::vector<row> rows;
+  bool header = false;
+  detail_reader::for_each_line(text, [&](std::string_view line, std::size_t number) {
+    if (line.empty()) return;
+    if (!header) {
+      if (line != "id,lower,upper,size") throw trace_error(source + ": line 1: expected the header id,lower,upper,size");
+      header = true;
+      return;
+    }
+    auto f = detail_reader::split(line);
+    std::uint64_t id = 0, size = 0;
+    std::int64_t lower = 0, upper = 0;
+    if (f.size() != 4 || !detail_reader::parse_u64(f[0], id) || !detail_reader::parse_i64(f[1], lower) ||
+        !detail_reader::parse_i64(f[2], upper) || !detail_reader::parse_u64(f[3], size) || size > max_trace_bytes)
+      return t.warn(source + ": line " + std::to_string(number) + ": malformed row: skipped");
+    if (upper <= lower) return t.warn(source + ": line " + std::to_string(number) + ": empty lifetime: skipped");
+    rows.push_back({lower, true, id, size});
+    rows.push_back({upper, false, id, size});
+  });
+  if (!header) throw trace_error(source + ": empty lifetime CSV");
+  // Frees before allocations at the same step ([lower, upper) is half-open).
+  std::stable_sort(rows.begin(), rows.end(), [](const row& a, const row& b) {
+    return a.time != b.time ? a.time < b.time : (!a.alloc && b.alloc);
+  });
+  t.events.reserve(rows.size());
+  for (const auto& r : rows)
+    t.events.push_back({r.alloc ? event::op::alloc : event::op::free, 0, r.id, r.bytes, r.time});
+  // Duplicate ids would break the id invariant: renumber densely, in allocation order.
+  std::unordered_map<std::uint64_t, std::uint64_t> ids;
+  std::uint64_t next = 0;
+  for (auto& e : t.events) {
+    if (e.kind == event::op::alloc) {
+      if (!ids.emplace(e.id, next).second) {
+        t.warn(source + ": duplicate buffer id " + std::to_string(e.id));
+        ids[e.id] = next;
+      }
+      e.id = next++;
+    } else {
+      e.id = ids[e.id];
+    }
+  }
+  return t;
+}
+
+/// vram's own format (see docs/replay.md): a first line `# vram-trace 1`, then rows
+/// `op,id,bytes,stream,time_ns` with op L (live at start), A (alloc), F (free) or
+/// R (recorded reserved: bytes = reserved bytes after the previous event).
+inline trace read_vram_trace(std::string_view text, const std::string& source) {
+  trace t;
+  t.name = source;
+  t.format = "vram-trace";
+  std::unordered_map<std::uint64_t, std::uint64_t> live;  // id -> bytes
+  std::unordered_map<std::uint64_t, bool> seen;
+  std::uint32_t max_stream = 0;
+  bool window = false;
+  detail_reader::for_each_line(text, [&](std::string_view line, std::size_t number) {
+    auto where = [&] { return source + ": line " + std::to_string(number); };
+    if (number == 1) {
+      if (line != "# vram-trace 1") throw trace_error(where() + ": expected '# vram-trace 1'");
+      return;
+    }
+    if (line.empty() || line.front() == '#' || line.starts_with("op,")) return;
+    auto f = detail_reader::split(line);
+    std::uint64_t id = 0, bytes = 0, stream = 0;
+    std::int64_t time = 0;
+    if (f.size() != 5 || f[0].size() != 1 || !detail_reader::parse_u64(f[2], bytes) || bytes > max_trace_bytes ||
+        (!f[1].empty() && !detail_reader::parse_u64(f[1], id)) ||
+        (!f[3].empty() && (!detail_reader::parse_u64(f[3], stream) || stream > 65535)) ||
+        (!f[4].empty() && !detail_reader::parse_i64(f[4], time)))
+      return t.warn(where() + ": malformed row: skipped");
+    char op = f[0][0];
+    auto s = static_cast<std::uint32_t>(stream);
+    max_stream = std::max(max_stream, s);
+    switch (op) {
+      case 'L':
+        if (window) return t.warn(where() + ": L row after the first A/F row: skipped");
+        [[fallthrough]];
+      case 'A':
+        if (seen.count(id) != 0) return t.warn(where() + ": id allocated twice: skipped");
+        seen[id] = true;
+        live[id] = bytes;
+        t.events.push_back({event::op::alloc, s, id, bytes, time});
+        if (op == 'L') ++t.initial_live;
+        else window = true;
+        return;
+      case 'F': {
+        window = true;
+        auto it = live.find(id);
+        if (it == live.end()) return t.warn(where() + ": free of an id that is not live: skipped");
+        t.events.push_back({event::op::free, s, id, it->second, time});
+        live.erase(it);
+        return;
+      }
+      case 'R':
+        t.recorded_reserved.push_back({t.events.size(), bytes});
+        if (!t.recorded_peak_reserved || bytes > *t.recorded_peak_reserved) t.recorded_peak_reserved = bytes;
+        return;
+      default: return t.warn(where() + ": unknown op: skipped");
+    }
+  });
+  t.streams = max_stream + 1;
+  return t;
+}
+
+/// Writes `t` in vram's own format (read back by read_vram_trace).
+inline void write_vram_trace(std::ostream& out, const trace& t) {
+  out << "# vram-trace 1\n# " << t.name << " (" << t.format << ")\nop,id,bytes,stream,time_ns\n";
+  std::size_t sample = 0;
+  for (std::size_t i = 0; i <= t.events.size(); ++i) {
+    while (sample < t.recorded_reserved.size() && t.recorded_reserved[sample].event_index == i)
+      out << "R,," << t.recorded_reserved[sample++].reserved_bytes << ",,\n";
+    if (i == t.events.size()) break;
+    const auto& e = t.events[i];
+    char op = e.kind == event::op::free ? 'F' : (i < t.initial_live ? 'L' : 'A');
+    out << op << ',' << e.id << ',' << e.bytes << ',' << e.stream << ',' << e.time_ns << '\n';
+  }
+}
+
+/// Reads a trace held in memory, detecting its format from the content.
+inline trace parse_trace(std::string_view data, const std::string& source) {
+  if (data.size() >= 2 && static_cast<unsigned char>(data[0]) == 0x1f && static_cast<unsigned char>(data[1]) == 0x8b) {
+    std::string text = gunzip(data, source);
+    return parse_trace(text, source);
+  }
+  if (!data.empty() && static_cast<unsigned char>(data[0]) == 0x80) return read_pytorch_snapshot(data, source);
+  auto start = data.find_first_not_of(" \t\r\n");
+  if (start != std::string_view::npos && (data[start] == '{' || data[start] == '[')) return read_kineto(data, source);
+  auto line = detail_reader::first_line(data);
+  if (line.starts_with("# vram-trace")) return read_vram_trace(data, source);
+  if (line == "id,lower,upper,size") return read_lifetime_csv(data, source);
+  if (line.find("Action") != std::string_view::npos && line.find("Pointer") != std::string_view::npos)
+    return read_rmm_csv(data, source);
+  throw trace_error(source + ": unknown trace format (expected a PyTorch snapshot pickle, a Kineto JSON trace, "
+                             "an RMM CSV log, a lifetime CSV or a vram trace)");
+}
+
+/// Reads the file at `path`, detecting its format from the content.
+inline trace read_trace(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw trace_error(path + ": cannot open");
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw trace_error(path + ": read error");
+  trace t = parse_trace(data, path);  // errors name the path
+  t.name = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  return t;
+}
+
+}  // namespace vram::trace

@@ -1,0 +1,79 @@
+#pragma once
+// vram::trace::trace: an allocation trace, the common model every reader produces and the
+// replay engine consumes.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace vram::trace {
+
+/// One step of a trace. Allocations are named by `id` (readers map recorded addresses to ids,
+/// since addresses are reused); a free names the id it ends.
+struct event {
+  enum class op : std::uint8_t { alloc, free };
+  op kind = op::alloc;
+  std::uint32_t stream = 0;  ///< dense stream index, 0 .. trace::streams - 1
+  std::uint64_t id = 0;
+  std::uint64_t bytes = 0;   ///< for frees: the size of the allocation being freed
+  std::int64_t time_ns = 0;  ///< recorded time (or logical step), 0 where unknown
+};
+
+/// The reserved bytes the recording allocator held after event `event_index`.
+struct reserved_sample {
+  std::size_t event_index = 0;
+  std::uint64_t reserved_bytes = 0;
+};
+
+/// An allocation trace.
+///
+/// Invariants (checked by `check()` in tests):
+///   events[0 .. initial_live) are allocs of blocks already live when recording began
+///   every free names an id allocated earlier and not yet freed; ids are allocated once
+///   every event.stream < streams
+struct trace {
+  std::string name;    ///< file name or workload name
+  std::string format;  ///< "pytorch-snapshot", "kineto", "rmm-csv", "lifetime-csv", "vram-trace", "generated"
+  std::vector<event> events;
+  std::size_t initial_live = 0;  ///< leading allocs that were live before the window
+  std::uint32_t streams = 1;
+  /// What the recording allocator held (PyTorch segment_alloc / Kineto "Total Reserved").
+  std::vector<reserved_sample> recorded_reserved;
+  std::optional<std::uint64_t> recorded_peak_reserved;
+  /// Inconsistencies the reader tolerated (frees of unknown addresses, ...), counted.
+  std::size_t warnings = 0;
+  std::vector<std::string> warning_examples;  ///< the first few, for the report
+
+  [[nodiscard]] std::size_t allocs() const noexcept { return count(event::op::alloc) - initial_live; }
+  [[nodiscard]] std::size_t frees() const noexcept { return count(event::op::free); }
+
+  /// Peak of the sum of live requested bytes, computed directly from the events.
+  [[nodiscard]] std::uint64_t peak_live_bytes() const noexcept {
+    std::uint64_t live = 0, peak = 0;
+    for (const auto& e : events) {
+      if (e.kind == event::op::alloc) {
+        live += e.bytes;
+        if (live > peak) peak = live;
+      } else {
+        live -= e.bytes;
+      }
+    }
+    return peak;
+  }
+
+  void warn(std::string message) {
+    ++warnings;
+    if (warning_examples.size() < 5) warning_examples.push_back(std::move(message));
+  }
+
+ private:
+  [[nodiscard]] std::size_t count(event::op k) const noexcept {
+    std::size_t n = 0;
+    for (const auto& e : events) n += e.kind == k;
+    return n;
+  }
+};
+
+}  // namespace vram::trace
