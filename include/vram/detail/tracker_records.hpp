@@ -1,0 +1,127 @@
+#pragma once
+// The data the tracker keeps: live allocations, a bounded ring of events, and the snapshot
+// types it hands out. Kept apart from tracker_adaptor so exporters can be read on their own.
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <vram/core/tenant.hpp>
+
+namespace vram {
+
+/// What the tracker records per event (the PyTorch snapshot's device_traces actions).
+enum class tracker_action : std::uint8_t { alloc, free_requested, free_completed, segment_alloc, segment_free, oom };
+
+[[nodiscard]] constexpr const char* to_string(tracker_action a) noexcept {
+  switch (a) {
+    case tracker_action::alloc: return "alloc";
+    case tracker_action::free_requested: return "free_requested";
+    case tracker_action::free_completed: return "free_completed";
+    case tracker_action::segment_alloc: return "segment_alloc";
+    case tracker_action::segment_free: return "segment_free";
+    case tracker_action::oom: return "oom";
+  }
+  return "?";
+}
+
+/// Longest tag kept per event (tags of live allocations are kept whole).
+inline constexpr std::size_t max_event_tag = 31;
+
+/// One entry of the event history.
+struct tracker_event {
+  tracker_action action;
+  std::uint64_t address;    ///< 0 for oom
+  std::size_t bytes;        ///< requested bytes
+  std::uint64_t stream;     ///< stream_ref::key()
+  std::int64_t time_us;     ///< microseconds since the Unix epoch
+  std::uint64_t thread;     ///< hash of the calling thread's id
+  tenant owner;
+  std::array<char, max_event_tag + 1> tag{};
+
+  void set_tag(std::string_view t) noexcept {
+    std::size_t n = t.size() < max_event_tag ? t.size() : max_event_tag;
+    std::memcpy(tag.data(), t.data(), n);
+    tag[n] = '\0';
+  }
+};
+
+/// One live allocation.
+struct tracked_allocation {
+  const void* address;
+  std::size_t bytes;
+  tenant owner;
+  std::string tag;
+  std::uint64_t stream;
+  std::int64_t time_us;
+  std::vector<void*> frames;  ///< native return addresses, innermost first (empty unless enabled)
+};
+
+/// Bytes held by one tenant or tag.
+struct tracker_holder {
+  std::string name;  ///< tenant path ("job/model_a") or tag ("" = untagged)
+  std::size_t bytes = 0;
+  std::size_t allocations = 0;
+};
+
+/// "Who holds VRAM": live allocations grouped by tenant and by tag, largest first.
+struct tracker_snapshot {
+  std::size_t live_bytes = 0;
+  std::size_t live_allocations = 0;
+  std::vector<tracker_holder> by_tenant;  ///< each tenant's own allocations (not its children's)
+  std::vector<tracker_holder> by_tag;
+  std::vector<tracked_allocation> largest;  ///< the largest live allocations, largest first
+};
+
+namespace detail {
+
+[[nodiscard]] inline std::int64_t tracker_now_us() noexcept {
+  using namespace std::chrono;
+  return duration_cast<microseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+/// A bounded ring: keeps the newest `capacity` events; `dropped()` counts the rest.
+class tracker_ring {
+ public:
+  explicit tracker_ring(std::size_t capacity) : events_(capacity) {}
+  void push(const tracker_event& e) noexcept {
+    if (events_.empty()) {
+      ++dropped_;
+      return;
+    }
+    if (size_ == events_.size()) ++dropped_;
+    else ++size_;
+    events_[next_] = e;
+    next_ = next_ + 1 == events_.size() ? 0 : next_ + 1;
+  }
+  /// Oldest first.
+  template <class F>
+  void for_each(F&& f) const {
+    std::size_t start = size_ == events_.size() ? next_ : 0;
+    for (std::size_t i = 0; i < size_; ++i) f(events_[(start + i) % events_.size()]);
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::size_t dropped() const noexcept { return dropped_; }
+  [[nodiscard]] std::size_t capacity() const noexcept { return events_.size(); }
+
+ private:
+  std::vector<tracker_event> events_;
+  std::size_t next_ = 0;  // where the next event goes
+  std::size_t size_ = 0;  // size_ <= capacity
+  std::size_t dropped_ = 0;
+};
+
+/// "job/model_a/layer" for a tenant: its ancestors' names joined by '/'.
+inline std::string tenant_path(const tenant_registry& reg, tenant t) {
+  std::string path = reg.name(t);
+  for (tenant p; reg.parent(t, p); t = p) path = std::string(reg.name(p)) + "/" + path;
+  return path;
+}
+
+}  // namespace detail
+}  // namespace vram

@@ -1,0 +1,268 @@
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+
+#include <vram/adaptor/tracker_adaptor.hpp>
+#include <vram/core/event.hpp>
+#include <vram/source/host_source.hpp>
+
+#include "support/misuse_capture.hpp"
+#include "support/recording_resource.hpp"
+
+using upstream_t = vram::test::recording_resource<vram::host_source>;
+
+namespace {
+
+struct tenants {
+  std::shared_ptr<vram::tenant_registry> reg = std::make_shared<vram::tenant_registry>();
+  vram::tenant job = reg->create("job");
+  vram::tenant model_a = reg->create("model_a", job);
+  vram::tenant model_b = reg->create("model_b", job);
+};
+
+std::filesystem::path temp_path(const std::string& name) {
+  return std::filesystem::temp_directory_path() / ("vram_tracker_" + std::to_string(::getpid()) + "_" + name);
+}
+
+bool have_python() {
+  static const bool yes = std::system("python3 -c 'import pickle' >/dev/null 2>&1") == 0;
+  if (!yes) WARN("python3 not found: SKIPPING the Python round trip of the exports");
+  return yes;
+}
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("tracker_adaptor: snapshot groups by tenant and tag, largest first", "[adaptor][tracker]") {
+  tenants t;
+  upstream_t up;
+  {
+    vram::tracker_adaptor<upstream_t> tr(up, {.registry = t.reg});
+    void *a, *b, *c, *d;
+    {
+      vram::tenant_scope ts(t.model_a);
+      vram::tag_scope tag("layer1.attn");
+      a = tr.allocate_sync(1000);
+      b = tr.allocate_sync(3000);
+      {
+        vram::tag_scope inner("layer1.mlp");
+        c = tr.allocate_sync(500);
+      }
+    }
+    d = tr.allocate(vram::stream_ref{}, 8000, 256, t.model_b);  // explicit tenant, no tag
+    tr.check_invariants();
+
+    auto s = tr.snapshot(2);
+    CHECK(s.live_bytes == 12500);
+    CHECK(s.live_allocations == 4);
+    REQUIRE(s.by_tenant.size() == 2);
+    CHECK(s.by_tenant[0].name == "job/model_b");
+    CHECK(s.by_tenant[0].bytes == 8000);
+    CHECK(s.by_tenant[1].name == "job/model_a");
+    CHECK(s.by_tenant[1].bytes == 4500);
+    CHECK(s.by_tenant[1].allocations == 3);
+    REQUIRE(s.by_tag.size() == 3);
+    CHECK(s.by_tag[0].name.empty());
+    CHECK(s.by_tag[1].name == "layer1.attn");
+    CHECK(s.by_tag[1].bytes == 4000);
+    CHECK(s.by_tag[2].name == "layer1.mlp");
+    REQUIRE(s.largest.size() == 2);
+    CHECK(s.largest[0].address == d);
+    CHECK(s.largest[1].address == b);
+
+    tr.deallocate_sync(a, 1000);
+    tr.deallocate_sync(b, 3000);
+    tr.deallocate_sync(c, 500);
+    tr.deallocate_sync(d, 8000);
+    CHECK(tr.snapshot().live_bytes == 0);
+    // Every allocation: segment_alloc + alloc; every free: free_requested, free_completed, segment_free.
+    CHECK(tr.events().size() == 4 * 5);
+    tr.check_invariants();
+  }
+  CHECK(up.counters().live_allocations() == 0);
+}
+
+TEST_CASE("tracker_adaptor: misuse is reported and changes nothing", "[adaptor][tracker]") {
+  vram::test::misuse_capture capture;
+  upstream_t up;
+  vram::tracker_adaptor<upstream_t> tr(up);
+  void* a = tr.allocate_sync(1000);
+  auto events = tr.events().size();
+  tr.deallocate_sync(a, 10);
+  CHECK(capture.count(vram::misuse::wrong_size) == 1);
+  alignas(256) static char foreign[256];
+  tr.deallocate_sync(foreign, 256);
+  CHECK(capture.count(vram::misuse::foreign_pointer) == 1);
+  CHECK(tr.events().size() == events);
+  CHECK(tr.snapshot().live_bytes == 1000);
+  CHECK(up.counters().deallocations == 0);
+  tr.deallocate_sync(a, 1000);
+  CHECK(up.counters().live_allocations() == 0);
+}
+
+TEST_CASE("tracker_adaptor: stream-ordered frees complete when the stream gets there", "[adaptor][tracker]") {
+  upstream_t up;
+  vram::tracker_adaptor<upstream_t> tr(up);
+  vram::host_stream stream;
+  void* p = tr.allocate(stream, 4096);
+  std::atomic<bool> go{false};
+  stream.enqueue([&] {
+    while (!go) std::this_thread::yield();
+  });
+  tr.deallocate(stream, p, 4096);
+  auto ev = tr.events();
+  CHECK(ev.back().action == vram::tracker_action::free_requested);
+  CHECK(ev.back().stream == vram::stream_ref(stream).key());
+  go = true;
+  stream.synchronize();
+  ev = tr.events();
+  REQUIRE(ev.size() == 5);
+  CHECK(ev[3].action == vram::tracker_action::free_completed);
+  CHECK(ev[4].action == vram::tracker_action::segment_free);
+  CHECK(up.counters().live_allocations() == 0);
+}
+
+TEST_CASE("tracker_adaptor: the event ring is bounded", "[adaptor][tracker]") {
+  upstream_t up;
+  vram::tracker_adaptor<upstream_t> tr(up, {.event_capacity = 7});
+  for (int i = 0; i < 10; ++i) tr.deallocate_sync(tr.allocate_sync(256), 256);
+  auto ev = tr.events();
+  CHECK(ev.size() == 7);
+  CHECK(tr.dropped_events() == 50 - 7);
+  CHECK(ev.back().action == vram::tracker_action::segment_free);
+  CHECK(ev.front().action == vram::tracker_action::free_completed);  // 50 - 7 = 43: the 4th of a group of 5
+}
+
+TEST_CASE("tracker_adaptor: OOM is recorded and dumps who holds memory", "[adaptor][tracker]") {
+  tenants t;
+  upstream_t up;
+  auto path = temp_path("oom.txt");
+  vram::tracker_adaptor<upstream_t> tr(up, {.oom_dump_path = path.string(), .registry = t.reg});
+  void* big = tr.allocate(vram::stream_ref{}, 1 << 20, 256, t.model_b);
+  void* small = tr.allocate(vram::stream_ref{}, 4096, 256, t.model_a);
+  CHECK_THROWS_AS(tr.allocate(vram::stream_ref{}, std::size_t{1} << 52, 256, t.model_a), vram::out_of_memory);
+  CHECK(tr.events().back().action == vram::tracker_action::oom);
+  CHECK(tr.events().back().bytes == std::size_t{1} << 52);
+  CHECK(tr.stats().ooms == 1);
+  std::string report = slurp(path);
+  INFO(report);
+  auto first = report.find("job/model_b");
+  REQUIRE(first != std::string::npos);
+  CHECK(first < report.find("job/model_a"));  // the biggest holder is named first
+  CHECK(report.find("1052672 bytes in 2 allocations") != std::string::npos);
+  std::filesystem::remove(path);
+  tr.deallocate_sync(big, 1 << 20);
+  tr.deallocate_sync(small, 4096);
+}
+
+TEST_CASE("tracker_adaptor: call stacks are captured when asked", "[adaptor][tracker]") {
+  upstream_t up;
+  vram::tracker_adaptor<upstream_t> tr(up, {.capture_stacks = true});
+  void* p = tr.allocate_sync(512);
+  auto live = tr.live_allocations();
+  REQUIRE(live.size() == 1);
+#if VRAM_TRACKER_HAS_BACKTRACE
+  CHECK(!live[0].frames.empty());
+  std::ostringstream report;
+  tr.write_report(report);
+  CHECK(report.str().find("0x") != std::string::npos);
+#endif
+  tr.deallocate_sync(p, 512);
+}
+
+TEST_CASE("tracker_adaptor: exports load in Python (restricted unpickler, json, csv)", "[adaptor][tracker][export]") {
+  tenants t;
+  upstream_t up;
+  vram::tracker_adaptor<upstream_t> tr(up, {.registry = t.reg});
+  std::vector<std::pair<void*, std::size_t>> live;
+  {
+    vram::tenant_scope ts(t.model_a);
+    vram::tag_scope tag("layer12.attn");
+    for (std::size_t i = 1; i <= 5; ++i) live.emplace_back(tr.allocate_sync(i * 100000), i * 100000);
+  }
+  std::string long_tag(300, 'x');  // BINUNICODE path
+  {
+    vram::tag_scope tag(long_tag.c_str());
+    live.emplace_back(tr.allocate(vram::stream_ref{}, 70000, 256, t.model_b), 70000);
+  }
+  tr.deallocate_sync(live[0].first, live[0].second);
+  live.erase(live.begin());
+
+  auto pickle = temp_path("snapshot.pickle");
+  auto json = temp_path("snapshot.json");
+  auto csv = temp_path("log.csv");
+  REQUIRE(tr.dump(pickle.string()));
+  REQUIRE(tr.dump(json.string()));
+  REQUIRE(tr.dump(csv.string()));
+
+  std::string bytes = slurp(pickle);
+  REQUIRE(bytes.size() > 2);
+  CHECK(static_cast<unsigned char>(bytes[0]) == 0x80);
+  CHECK(bytes[1] == 2);
+  CHECK(bytes.back() == '.');
+
+  std::string text = slurp(csv);
+  CHECK(text.rfind("Thread,Time,Action,Pointer,Size,Stream,Tenant\n", 0) == 0);
+  CHECK(text.find(",allocate,0x") != std::string::npos);
+  CHECK(text.find(",free,0x") != std::string::npos);
+  CHECK(text.find("job/model_b") != std::string::npos);
+
+  if (have_python()) {
+    auto script = temp_path("check.py");
+    {
+      std::ofstream py(script);
+      py << R"(import csv, io, json, pickle, sys
+class Refuse(pickle.Unpickler):
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError("refused %s.%s" % (module, name))
+snap = Refuse(open(sys.argv[1], "rb")).load()
+segs = snap["segments"]
+assert len(segs) == 5, len(segs)
+addrs = [s["address"] for s in segs]
+assert addrs == sorted(addrs)
+for s in segs:
+    assert s["device"] == 0 and s["segment_pool_id"] == (0, 0) and s["is_expandable"] is False
+    total = 0
+    for b in s["blocks"]:
+        assert b["address"] == s["address"] + total
+        total += b["size"]
+        assert b["state"] == "active_allocated"
+    assert total == s["total_size"]
+frames = [s["blocks"][0]["frames"][0] for s in segs]
+assert {f["filename"] for f in frames} == {"tenant:job/model_a", "tenant:job/model_b"}, frames
+assert any(f["name"] == "layer12.attn" for f in frames)
+assert any(f["name"] == "x" * 300 for f in frames)
+trace = snap["device_traces"][0]
+actions = [e["action"] for e in trace]
+assert actions.count("alloc") == 6 and actions.count("free_requested") == 1, actions
+assert actions.count("segment_alloc") == 6 and actions.count("free_completed") == 1
+assert all(e["time_us"] > 1.6e15 for e in trace)
+assert sum(s["total_size"] for s in segs) == 1470000
+j = json.load(open(sys.argv[2]))
+assert j["live_bytes"] == 1470000 and j["by_tenant"][0]["tenant"] == "job/model_a"
+rows = list(csv.DictReader(open(sys.argv[3])))
+assert [r["Action"] for r in rows].count("allocate") == 6
+assert rows[0]["Tenant"] == "job/model_a" and int(rows[0]["Size"]) == 100000
+print("python round trip ok")
+)";
+    }
+    std::string cmd = "python3 " + script.string() + " " + pickle.string() + " " + json.string() + " " + csv.string();
+    CHECK(std::system(cmd.c_str()) == 0);
+    std::filesystem::remove(script);
+  }
+  for (auto& p : {pickle, json, csv}) std::filesystem::remove(p);
+  for (auto [p, n] : live) tr.deallocate_sync(p, n);
+  CHECK(up.counters().live_allocations() == 0);
+}
