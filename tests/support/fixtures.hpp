@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <tuple>
 
+#include <vram/alloc/stream_pool.hpp>
 #include <vram/source/host_source.hpp>
 #include <vram/source/simulated_device_source.hpp>
 
@@ -33,7 +34,25 @@ struct simulated_contiguous_fixture {
   }
 };
 
+struct stream_pool_host_fixture {
+  static constexpr const char* name = "stream_pool<host_source>";
+  static constexpr bool host_accessible = true;
+  static stream_pool<host_source> make() {
+    return stream_pool<host_source>(host_source{}, stream_pool_options{.growth_step = std::size_t{4} << 20});
+  }
+};
+
+struct stream_pool_contiguous_fixture {
+  static constexpr const char* name = "stream_pool<simulated_device_source (contiguous)>";
+  static constexpr bool host_accessible = false;
+  static stream_pool<simulated_device_source> make() {
+    return stream_pool<simulated_device_source>(simulated_device_source(simulated_device_options{
+        .capacity = std::size_t{1} << 30, .granularity = std::size_t{64} << 10, .contiguous = true}));
+  }
+};
+
 /// Every host-side resource: the conformance suite runs on each.
-using host_fixtures = std::tuple<host_source_fixture, simulated_device_fixture, simulated_contiguous_fixture>;
+using host_fixtures = std::tuple<host_source_fixture, simulated_device_fixture, simulated_contiguous_fixture,
+                                 stream_pool_host_fixture, stream_pool_contiguous_fixture>;
 
 }  // namespace vram::test
