@@ -103,6 +103,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       detail::throw_invalid_argument(name(), "small_max above the largest size class (1 MiB)");
     if (options_.maximum_size != 0 && options_.initial_size > options_.maximum_size)
       detail::throw_invalid_argument(name(), "initial_size above maximum_size");
+    streams_[0];  // present from the start: merging iterates streams_ while keying blocks to 0
     if constexpr (has_contiguous_growth<Upstream>) {
       contiguous_ = upstream_.contiguous();
       granularity_ = std::max(quantum, upstream_.granularity());
@@ -628,20 +629,22 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   /// pending marker is complete, re-key the blocks freed before it to "any stream".
   void merge_idle_streams() {
     for (auto& [k, info] : streams_) {
-      if (k == 0 || info.free_blocks == 0) continue;
-      if (!info.pending) {
-        info.pending = info.stream.record();
-        info.pending_epoch = info.epoch;
-      }
-      if (!info.pending->query()) continue;
-      std::vector<block*> ready;
-      for (auto it = free_.lower_bound(free_key{k, 0, 0, nullptr}); it != free_.end() && it->stream == k; ++it)
-        if (it->b->epoch <= info.pending_epoch) ready.push_back(it->b);
-      info.pending.reset();
-      for (block* b : ready) {  // neighbours still keyed k are never absorbed before their turn
-        index_erase(b);
-        b->stream = 0;
-        index_insert(coalesce(b));
+      // Two rounds: an old marker may cover only some blocks; a fresh one covers the rest.
+      for (int round = 0; round < 2 && k != 0 && info.free_blocks != 0; ++round) {
+        if (!info.pending) {
+          info.pending = info.stream.record();
+          info.pending_epoch = info.epoch;
+        }
+        if (!info.pending->query()) break;
+        std::vector<block*> ready;
+        for (auto it = free_.lower_bound(free_key{k, 0, 0, nullptr}); it != free_.end() && it->stream == k; ++it)
+          if (it->b->epoch <= info.pending_epoch) ready.push_back(it->b);
+        info.pending.reset();
+        for (block* b : ready) {  // neighbours still keyed k are never absorbed before their turn
+          index_erase(b);
+          b->stream = 0;
+          index_insert(coalesce(b));
+        }
       }
     }
   }

@@ -1,0 +1,100 @@
+// Hot path: allocate + deallocate pairs of one size on one stream, 1 and 2 threads, for
+// stream_pool and its host-side peers (malloc/free, std::pmr pool resources).
+//
+//   bench.pool_hot_path --benchmark_min_time=0.2
+//
+// 2 threads: "own_stream" gives each thread its own host stream (the realistic pattern);
+// "one_stream" has both threads allocate on the same stream (they share one lane).
+
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <memory>
+#include <memory_resource>
+
+#include <vram/alloc/stream_pool.hpp>
+#include <vram/source/host_source.hpp>
+
+namespace {
+
+using pool_t = vram::stream_pool<vram::host_source>;
+
+pool_t& shared_pool() {
+  static pool_t pool(vram::host_source{}, vram::stream_pool_options{.growth_step = std::size_t{256} << 20});
+  return pool;
+}
+
+vram::host_stream& stream_for(int thread) {
+  static vram::host_stream streams[8];
+  return streams[thread % 8];
+}
+
+void stream_pool_own_stream(benchmark::State& state) {
+  auto& pool = shared_pool();
+  vram::stream_ref s = stream_for(state.thread_index());
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  for (auto _ : state) {
+    void* p = pool.allocate(s, bytes);
+    benchmark::DoNotOptimize(p);
+    pool.deallocate(s, p, bytes);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void stream_pool_one_stream(benchmark::State& state) {
+  auto& pool = shared_pool();
+  vram::stream_ref s = stream_for(0);
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  for (auto _ : state) {
+    void* p = pool.allocate(s, bytes);
+    benchmark::DoNotOptimize(p);
+    pool.deallocate(s, p, bytes);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void malloc_free(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  for (auto _ : state) {
+    void* p = std::malloc(bytes);
+    benchmark::DoNotOptimize(p);
+    std::free(p);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void pmr_synchronized_pool(benchmark::State& state) {
+  static std::pmr::synchronized_pool_resource pool;
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  for (auto _ : state) {
+    void* p = pool.allocate(bytes, 256);
+    benchmark::DoNotOptimize(p);
+    pool.deallocate(p, bytes, 256);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void pmr_unsynchronized_pool(benchmark::State& state) {
+  std::pmr::unsynchronized_pool_resource pool;  // not thread-safe: one per benchmark run
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  for (auto _ : state) {
+    void* p = pool.allocate(bytes, 256);
+    benchmark::DoNotOptimize(p);
+    pool.deallocate(p, bytes, 256);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void sizes(benchmark::internal::Benchmark* b) {
+  for (long bytes : {256L, 4096L, 65536L, 1L << 20, 16L << 20}) b->Arg(bytes);
+}
+
+}  // namespace
+
+BENCHMARK(stream_pool_own_stream)->Apply(sizes)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(stream_pool_one_stream)->Apply(sizes)->Threads(2)->UseRealTime();
+BENCHMARK(malloc_free)->Apply(sizes)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(pmr_synchronized_pool)->Apply(sizes)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(pmr_unsynchronized_pool)->Apply(sizes)->Threads(1);
+
+BENCHMARK_MAIN();
