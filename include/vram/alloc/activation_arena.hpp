@@ -19,6 +19,7 @@
 #include <vram/core/stats.hpp>
 #include <vram/detail/arena_chunk.hpp>
 #include <vram/detail/throw.hpp>
+#include <vram/source/host_source.hpp>
 
 namespace vram {
 
@@ -403,6 +404,8 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   // live_bytes == sum of live block footprints (current epoch); reserved_bytes == sum of chunk bytes
   vram::stats stats_{};
 };
+
+static_assert(resource<activation_arena<host_source>>);
 
 /// Rewinds an activation_arena to where it was when the scope began (RAII).
 template <class Arena>

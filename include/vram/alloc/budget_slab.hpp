@@ -1,0 +1,544 @@
+#pragma once
+// vram::budget_slab: a hard device budget, carved into size-class slabs and page runs, that
+// spills to (mapped, pinned) host memory instead of failing when the budget is full.
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <vram/core/alignment.hpp>
+#include <vram/core/concepts.hpp>
+#include <vram/core/config.hpp>
+#include <vram/core/error_handler.hpp>
+#include <vram/core/event.hpp>
+#include <vram/core/observer.hpp>
+#include <vram/core/stats.hpp>
+#include <vram/detail/slab_pages.hpp>
+#include <vram/detail/throw.hpp>
+#include <vram/source/host_source.hpp>
+#if VRAM_HAS_CUDA
+#  include <vram/source/cuda_pinned_source.hpp>
+#endif
+
+namespace vram {
+
+/// Where an allocation of a budget_slab lives.
+enum class residency : std::uint8_t {
+  none,    ///< not an allocation of this slab
+  device,  ///< inside the device budget
+  host,    ///< spilled to the Spill source
+};
+
+/// The budgets of a budget_slab.
+struct budget_slab_options {
+  /// Device bytes, taken from the Device source once, at construction (rounded down to whole
+  /// 64 KiB pages); never more.
+  std::size_t device_budget = 0;
+  /// Bytes that may be live on the spill side at once; beyond it, out_of_memory.
+  std::size_t spill_budget = ~std::size_t{0};
+};
+
+#if VRAM_HAS_CUDA
+using default_spill_source = cuda_pinned_source;
+#else
+using default_spill_source = host_source;
+#endif
+
+/// A fixed device budget with spill to host memory: the allocator for serving a model in a
+/// bounded share of a GPU, degrading to slower memory instead of crashing.
+///
+/// - The whole budget is reserved from `Device` at construction, in one allocation, and cut
+///   into 64 KiB pages (a reservation, so no other tenant can take it later; nothing beyond it
+///   is ever taken from the device). Requests up to 32 KiB come from size classes (powers of
+///   two from 256 B): a slab is one page with a bitmap of its blocks, and each class keeps a
+///   list of its slabs with a free block, so a hit is O(1). Larger requests take a run of whole
+///   pages (best fit over a size-ordered index of free runs, O(log n), merged on free).
+/// - When the budget cannot serve a request, the pressure callback (if any) runs first, so the
+///   caller may free or evict cold data; if it returns true the device is tried again. Then
+///   the request is served from `Spill` (cuda_pinned_source by default: mapped host memory
+///   that a kernel can still use over the bus; host_source without CUDA), counted in
+///   stats().spills / spilled_bytes / peak_spilled_bytes. Spilled memory is freed back to
+///   `Spill`, so once device memory is freed, later requests go to the device again.
+/// - Beyond the spill budget too: vram::out_of_memory naming both budgets.
+/// - residency(p) says where an allocation lives.
+///
+/// Thread safety: all members may be called concurrently (one spin lock around the
+/// bookkeeping; Spill is called and the pressure callback runs outside it). The device
+/// budget cannot be exceeded even transiently (it is a single reservation), and the spill
+/// budget is charged before Spill is called, so concurrent spills cannot overshoot it.
+/// Streams: memory is ready when allocate returns. deallocate(s, p, ...) synchronizes `s`
+/// before the block can be handed out again (to any stream); free with deallocate_sync after
+/// your own synchronization to avoid that wait. (For stream-ordered reuse without waits, use
+/// stream_pool.)
+/// Alignment: at least 256; up to 64 KiB on the device (a request is served from the class
+/// of max(bytes, align)); a larger alignment is an invalid argument.
+/// Upstreams: both held by value; the reservation is returned in the destructor.
+/// Zero bytes: allocate returns nullptr; deallocate(nullptr, ...) does nothing.
+/// Misuse on deallocate (foreign pointer, double free, size of another class or run, a
+/// spilled pointer freed twice) is reported and changes nothing. The size check on the
+/// device is per size class (the class of the size given must be the block's class); runs
+/// and spilled blocks check the exact size.
+template <class Device, class Spill = default_spill_source, class Observer = no_observer>
+  requires resource<Device> && resource<Spill>
+class budget_slab {
+  using page = detail::slab::page;
+
+ public:
+  budget_slab(Device device, Spill spill, budget_slab_options options, Observer observer = {})
+      : device_(std::move(device)), spill_(std::move(spill)), observer_(std::move(observer)),
+        spill_budget_(options.spill_budget) {
+    namespace ds = detail::slab;
+    std::size_t reserve = align_down(options.device_budget, ds::page_bytes);
+    if (reserve == 0) detail::throw_invalid_argument(name(), "device_budget must be at least one page (64 KiB)");
+    if (reserve > max_request_bytes) detail::throw_invalid_argument(name(), "absurd device_budget");
+    reservation_ = static_cast<char*>(device_.allocate_sync(reserve, default_alignment));
+    reservation_bytes_ = reserve;
+    // Pages start at the first page-aligned address, so every class block and run is aligned
+    // to its size up to a page; an unaligned base costs the budget less than one page.
+    auto raw = reinterpret_cast<std::uintptr_t>(reservation_);
+    base_ = reservation_ + (align_up(raw, ds::page_bytes) - raw);
+    page_count_ = (reserve - static_cast<std::size_t>(base_ - reservation_)) / ds::page_bytes;
+    try {
+      pages_.resize(page_count_);
+      if (page_count_ != 0) runs_.give(0, page_count_);
+    } catch (...) {
+      device_.deallocate_sync(reservation_, reservation_bytes_, default_alignment);
+      throw;
+    }
+    partial_.fill(ds::none);
+    counters_.reserved_bytes = counters_.peak_reserved_bytes = device_budget();
+    counters_.free_bytes = device_budget();
+    counters_.upstream_allocations = 1;
+    observer_.on_grow(reservation_, reservation_bytes_);
+  }
+
+  budget_slab(Device device, budget_slab_options options)
+    requires std::default_initializable<Spill> && std::default_initializable<Observer>
+      : budget_slab(std::move(device), Spill{}, options) {}
+
+  budget_slab(const budget_slab&) = delete;
+  budget_slab& operator=(const budget_slab&) = delete;
+
+  ~budget_slab() {
+    if (counters_.live_allocations != 0)
+      report_misuse({misuse::live_at_destruction, name(), nullptr, counters_.live_bytes, 0});
+    for (auto& [p, e] : spilled_) spill_.deallocate_sync(p, e.bytes, e.align);
+    observer_.on_release(reservation_, reservation_bytes_);
+    device_.deallocate_sync(reservation_, reservation_bytes_, default_alignment);
+  }
+
+  [[nodiscard]] static constexpr const char* name() noexcept { return "budget_slab"; }
+
+  /// Allocates from the device budget, else (after the pressure callback) from Spill.
+  /// Throws invalid_argument (bad alignment or size), out_of_memory (both budgets exhausted).
+  [[nodiscard]] void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
+    detail::check_request(name(), bytes, align);
+    if (align > detail::slab::page_bytes) [[unlikely]]
+      detail::throw_invalid_argument(name(), "alignment above the slab page (64 KiB)");
+    if (bytes == 0) return nullptr;
+    void* p = allocate_device(bytes, align);
+    if (p == nullptr && pressure_ && pressure_(bytes)) p = allocate_device(bytes, align);
+    if (p == nullptr) p = allocate_spill(s, bytes, align);
+    observer_.on_allocate(p, bytes, s);
+    return p;
+  }
+
+  void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
+    if (p == nullptr) return;
+    if (!s.is_synchronous()) {
+      try {
+        synchronize(s);  // the block may be handed to another stream next
+      } catch (...) {
+        report_misuse({misuse::upstream_failure, name(), p, bytes, 0});
+        return;  // the stream failed: leak the block rather than reuse memory a kernel may touch
+      }
+    }
+    deallocate_sync(p, bytes, align);
+    observer_.on_deallocate(p, bytes, s);
+  }
+
+  [[nodiscard]] void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) {
+    return allocate(stream_ref{}, bytes, align);
+  }
+
+  void deallocate_sync(void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
+    if (p == nullptr) return;
+    if (in_budget(p)) {
+      std::lock_guard lock(lock_);
+      free_device(p, bytes, align);
+      return;
+    }
+    spill_entry e;
+    {
+      std::lock_guard lock(lock_);
+      auto it = spilled_.find(p);
+      if (it == spilled_.end()) {
+        report_misuse({misuse::foreign_pointer, name(), p, bytes, 0});
+        return;
+      }
+      if (it->second.bytes != bytes) {
+        report_misuse({misuse::wrong_size, name(), p, bytes, it->second.bytes});
+        return;
+      }
+      e = it->second;
+      spilled_.erase(it);
+      spill_charged_ -= bytes;
+      counters_.spilled_bytes -= bytes;
+      counters_.live_bytes -= bytes;
+      counters_.requested_bytes -= bytes;
+      counters_.reserved_bytes -= bytes;
+      --counters_.live_allocations;
+      ++counters_.total_deallocations;
+      ++counters_.upstream_deallocations;
+    }
+    spill_.deallocate_sync(p, e.bytes, e.align);
+  }
+
+  /// Where `p` lives: device (inside the budget's range), host (a live spilled block), none.
+  [[nodiscard]] vram::residency residency(const void* p) const {
+    if (in_budget(p)) return vram::residency::device;
+    std::lock_guard lock(lock_);
+    return spilled_.contains(const_cast<void*>(p)) ? vram::residency::host : vram::residency::none;
+  }
+
+  /// True when `p` is a live allocation of this slab.
+  [[nodiscard]] bool owns(const void* p) const {
+    std::lock_guard lock(lock_);
+    if (!in_budget(p)) return spilled_.contains(const_cast<void*>(p));
+    auto [i, off] = locate(p);
+    const page& pg = pages_[i];
+    if (pg.type == page::kind::run_head) return off == 0;
+    if (pg.type != page::kind::slab) return false;
+    std::size_t cb = detail::slab::class_bytes(pg.cls);
+    return off % cb == 0 && bit(pg, off / cb);
+  }
+
+  /// Runs before spilling with the bytes requested; may free memory of this slab (or evict
+  /// elsewhere). Return true to have the device tried again. Set before concurrent use.
+  void set_pressure_callback(std::function<bool(std::size_t)> callback) { pressure_ = std::move(callback); }
+
+  /// Changes the spill budget; live spilled blocks above a lowered budget stay valid (and are
+  /// freed normally), only new spills are refused until the spilled bytes fit under it.
+  void set_spill_budget(std::size_t bytes) noexcept {
+    std::lock_guard lock(lock_);
+    spill_budget_ = bytes;
+  }
+  [[nodiscard]] std::size_t spill_budget() const noexcept {
+    std::lock_guard lock(lock_);
+    return spill_budget_;
+  }
+  /// The device bytes this slab manages (the budget rounded down to whole pages).
+  [[nodiscard]] std::size_t device_budget() const noexcept { return page_count_ * detail::slab::page_bytes; }
+
+  /// A snapshot: live_bytes counts both sides (device blocks as rounded, spilled as asked);
+  /// reserved_bytes == device_budget() + spilled_bytes; free/largest/blocks describe the device.
+  [[nodiscard]] vram::stats stats() const {
+    std::lock_guard lock(lock_);
+    vram::stats s = counters_;
+    s.largest_free_block = runs_.largest() * detail::slab::page_bytes;
+    s.free_blocks = runs_.runs() + free_class_blocks_;
+    if (s.largest_free_block == 0 && free_class_blocks_ != 0) s.largest_free_block = largest_free_class_block();
+    return s;
+  }
+
+  /// Verifies pages, slabs, runs, lists and totals; throws std::logic_error. Under VRAM_DEBUG.
+  void check_invariants() const {
+#if VRAM_DEBUG
+    namespace ds = detail::slab;
+    std::lock_guard lock(lock_);
+    std::vector<char> covered(page_count_, 0);  // 1 free, 2 slab, 3 run
+    std::size_t device_live = 0, free_blocks = 0;
+    for (auto [first, n] : runs_.by_address()) {
+      if (first + n > page_count_) fail("a free run leaves the budget");
+      for (std::size_t i = first; i < first + n; ++i) {
+        if (covered[i]) fail("free runs overlap");
+        covered[i] = 1;
+      }
+      if (pages_[first].type == page::kind::slab || pages_[first].type == page::kind::run_head)
+        fail("a free run starts at a used page");
+    }
+    for (std::size_t i = 0; i < page_count_; ++i) {
+      const page& pg = pages_[i];
+      if (covered[i] == 1) continue;
+      if (pg.type == page::kind::slab && covered[i] == 0) {
+        std::size_t cb = ds::class_bytes(pg.cls), blocks = ds::page_bytes / cb, pop = 0;
+        for (auto w : pg.bits) pop += static_cast<std::size_t>(std::popcount(w));
+        if (pop != pg.used || pg.used > blocks) fail("slab used count != live bits");
+        if (pg.listed != (pg.used < blocks)) fail("a slab with a free block is not listed (or a full one is)");
+        device_live += pg.used * cb;
+        free_blocks += blocks - pg.used;
+        covered[i] = 2;
+      } else if (pg.type == page::kind::run_head && covered[i] == 0) {
+        if (pg.run_pages == 0 || i + pg.run_pages > page_count_) fail("a run leaves the budget");
+        if (ds::page_bytes * pg.run_pages < pg.requested) fail("a run smaller than its request");
+        for (std::size_t k = i; k < i + pg.run_pages; ++k) {
+          if (covered[k]) fail("a run overlaps something");
+          covered[k] = 3;
+        }
+        device_live += pg.run_pages * ds::page_bytes;
+      }
+    }
+    for (std::size_t i = 0; i < page_count_; ++i)
+      if (!covered[i]) fail("a page is neither free, a slab nor in a run");
+    for (std::size_t c = 0; c < ds::class_count; ++c)
+      for (std::size_t i = partial_[c], prev = ds::none; i != ds::none; prev = i, i = pages_[i].next)
+        if (pages_[i].type != page::kind::slab || pages_[i].cls != c || pages_[i].prev != prev || !pages_[i].listed)
+          fail("a class list is broken");
+    std::size_t spilled = 0;
+    for (auto& [p, e] : spilled_) spilled += e.bytes;
+    if (spilled != counters_.spilled_bytes || spilled > spill_charged_) fail("spilled bytes disagree");
+    if (device_live + spilled != counters_.live_bytes) fail("live_bytes != device blocks + spilled");
+    if (device_live > device_budget()) fail("over the device budget");
+    if (counters_.reserved_bytes != device_budget() + spilled) fail("reserved != budget + spilled");
+    if (counters_.free_bytes != device_budget() - device_live) fail("free_bytes != budget - device live");
+    if (free_blocks != free_class_blocks_) fail("free class block count");
+    if (counters_.live_allocations != counters_.total_allocations - counters_.total_deallocations)
+      fail("live_allocations != total_allocations - total_deallocations");
+#endif
+  }
+
+  [[nodiscard]] const Device& upstream() const noexcept { return device_; }
+  [[nodiscard]] const Spill& spill_upstream() const noexcept { return spill_; }
+  [[nodiscard]] Observer& observer() noexcept { return observer_; }
+
+  friend bool operator==(const budget_slab& a, const budget_slab& b) noexcept { return &a == &b; }
+  // Device memory or host memory: only what both sides provide can be promised.
+  template <class P>
+    requires has_property<Device, P> && has_property<Spill, P>
+  friend constexpr void get_property(const budget_slab&, P) noexcept {}
+
+ private:
+  struct spill_entry {
+    std::size_t bytes = 0;
+    std::size_t align = 0;
+  };
+
+  [[noreturn]] static void fail(const char* what) { throw std::logic_error(std::string("budget_slab: ") + what); }
+
+  [[nodiscard]] bool in_budget(const void* p) const noexcept {
+    auto a = reinterpret_cast<std::uintptr_t>(p), b = reinterpret_cast<std::uintptr_t>(base_);
+    return a >= b && a - b < page_count_ * detail::slab::page_bytes;
+  }
+  [[nodiscard]] std::pair<std::size_t, std::size_t> locate(const void* p) const noexcept {
+    auto off = static_cast<std::size_t>(static_cast<const char*>(p) - base_);
+    return {off / detail::slab::page_bytes, off % detail::slab::page_bytes};
+  }
+  static bool bit(const page& pg, std::size_t k) noexcept { return (pg.bits[k / 64] >> (k % 64)) & 1u; }
+
+  void note_device_alloc(std::size_t footprint, std::size_t bytes) noexcept {
+    counters_.live_bytes += footprint;
+    counters_.free_bytes -= footprint;
+    counters_.requested_bytes += bytes;
+    ++counters_.live_allocations;
+    ++counters_.total_allocations;
+    counters_.peak_live_bytes = std::max(counters_.peak_live_bytes, counters_.live_bytes);
+    counters_.peak_requested_bytes = std::max(counters_.peak_requested_bytes, counters_.requested_bytes);
+  }
+  void note_device_free(std::size_t footprint, std::size_t bytes) noexcept {
+    counters_.live_bytes -= footprint;
+    counters_.free_bytes += footprint;
+    counters_.requested_bytes -= bytes;
+    --counters_.live_allocations;
+    ++counters_.total_deallocations;
+  }
+
+  /// From the budget, or nullptr when it has no room.
+  void* allocate_device(std::size_t bytes, std::size_t align) {
+    namespace ds = detail::slab;
+    std::size_t need = std::max(bytes, align);
+    std::lock_guard lock(lock_);
+    if (need <= ds::max_class) [[likely]] {
+      std::size_t cls = ds::class_of(need);
+      std::size_t i = partial_[cls];
+      if (i == ds::none) [[unlikely]] {
+        i = runs_.take(1);
+        if (i == ds::none) return nullptr;
+        page& fresh = pages_[i];
+        fresh = page{};
+        fresh.type = page::kind::slab;
+        fresh.cls = static_cast<std::uint8_t>(cls);
+        link(cls, i);
+        free_class_blocks_ += ds::page_bytes / ds::class_bytes(cls);
+      }
+      page& pg = pages_[i];
+      std::size_t k = 0;
+      for (std::size_t w = 0; w < ds::bitmap_words; ++w) {
+        if (~pg.bits[w] != 0) {
+          k = w * 64 + static_cast<std::size_t>(std::countr_one(pg.bits[w]));
+          pg.bits[w] |= std::uint64_t{1} << (k % 64);
+          break;
+        }
+      }
+      std::size_t cb = ds::class_bytes(cls);
+      if (++pg.used == ds::page_bytes / cb) unlink(cls, i);
+      --free_class_blocks_;
+      note_device_alloc(cb, bytes);
+      return base_ + i * ds::page_bytes + k * cb;
+    }
+    std::size_t n = (bytes + ds::page_bytes - 1) / ds::page_bytes;
+    if (n > page_count_) return nullptr;
+    std::size_t i = runs_.take(n);  // may throw bad_alloc (a map node): nothing changed then
+    if (i == ds::none) return nullptr;
+    page& head = pages_[i];
+    head.type = page::kind::run_head;
+    head.run_pages = n;
+    head.requested = bytes;
+    note_device_alloc(n * ds::page_bytes, bytes);
+    return base_ + i * ds::page_bytes;
+  }
+
+  /// Frees a device block, or reports misuse and changes nothing. Pre: lock held, in_budget(p).
+  void free_device(void* p, std::size_t bytes, std::size_t align) noexcept {
+    namespace ds = detail::slab;
+    auto [i, off] = locate(p);
+    page& pg = pages_[i];
+    if (pg.type == page::kind::slab) {
+      std::size_t cb = ds::class_bytes(pg.cls);
+      std::size_t k = off / cb;
+      if (off % cb != 0) return report_misuse({misuse::foreign_pointer, name(), p, bytes, 0});
+      if (!bit(pg, k)) return report_misuse({misuse::double_free, name(), p, bytes, 0});
+      std::size_t need = std::max(bytes, align);
+      if (need > ds::max_class || ds::class_of(need) != pg.cls)
+        return report_misuse({misuse::wrong_size, name(), p, bytes, cb});
+      pg.bits[k / 64] &= ~(std::uint64_t{1} << (k % 64));
+      if (pg.used-- == ds::page_bytes / cb) link(pg.cls, i);
+      ++free_class_blocks_;
+      note_device_free(cb, bytes);
+      // An empty slab goes back to the pages, unless it is its class's last one (no thrash).
+      if (pg.used == 0 && !(partial_[pg.cls] == i && pg.next == ds::none)) {
+        unlink(pg.cls, i);
+        free_class_blocks_ -= ds::page_bytes / cb;
+        pg.type = page::kind::freed;
+        give_pages(i, 1);
+      }
+      return;
+    }
+    if (pg.type == page::kind::run_head && off == 0) {
+      if (pg.requested != bytes) return report_misuse({misuse::wrong_size, name(), p, bytes, pg.requested});
+      std::size_t n = pg.run_pages;
+      pg.type = page::kind::freed;
+      note_device_free(n * ds::page_bytes, bytes);
+      give_pages(i, n);
+      return;
+    }
+    bool was_block_start = off == 0 && pg.type == page::kind::freed;
+    report_misuse({was_block_start ? misuse::double_free : misuse::foreign_pointer, name(), p, bytes, 0});
+  }
+
+  void give_pages(std::size_t first, std::size_t n) noexcept {
+    try {
+      runs_.give(first, n);
+    } catch (...) {  // a map node could not be allocated: the pages stay out of use (reported)
+      report_misuse({misuse::upstream_failure, name(), base_ + first * detail::slab::page_bytes, n, 0});
+    }
+  }
+
+  void* allocate_spill(stream_ref s, std::size_t bytes, std::size_t align) {
+    {
+      std::lock_guard lock(lock_);
+      if (spill_budget_ < spill_charged_ || spill_budget_ - spill_charged_ < bytes) spill_failed_locked(s, bytes);
+      spill_charged_ += bytes;  // charged before Spill is called: concurrent spills cannot overshoot
+    }
+    void* p = nullptr;
+    try {
+      p = spill_.allocate(s, bytes, align);
+    } catch (const out_of_memory&) {
+      std::lock_guard lock(lock_);
+      spill_charged_ -= bytes;
+      spill_failed_locked(s, bytes);
+    } catch (...) {
+      std::lock_guard lock(lock_);
+      spill_charged_ -= bytes;
+      throw;
+    }
+    std::lock_guard lock(lock_);
+    try {
+      spilled_.emplace(p, spill_entry{bytes, align});
+    } catch (...) {
+      spill_charged_ -= bytes;
+      spill_.deallocate_sync(p, bytes, align);
+      throw;
+    }
+    ++counters_.spills;
+    counters_.spilled_bytes += bytes;
+    counters_.peak_spilled_bytes = std::max(counters_.peak_spilled_bytes, counters_.spilled_bytes);
+    counters_.reserved_bytes += bytes;
+    counters_.peak_reserved_bytes = std::max(counters_.peak_reserved_bytes, counters_.reserved_bytes);
+    ++counters_.upstream_allocations;
+    counters_.live_bytes += bytes;
+    counters_.requested_bytes += bytes;
+    ++counters_.live_allocations;
+    ++counters_.total_allocations;
+    counters_.peak_live_bytes = std::max(counters_.peak_live_bytes, counters_.live_bytes);
+    counters_.peak_requested_bytes = std::max(counters_.peak_requested_bytes, counters_.requested_bytes);
+    return p;
+  }
+
+  /// Pre: lock held (a std::lock_guard that the throw unwinds).
+  [[noreturn]] void spill_failed_locked(stream_ref s, std::size_t bytes) {
+    ++counters_.ooms;
+    vram::stats snapshot = counters_;
+    observer_.on_out_of_memory(bytes, s, snapshot);
+    detail::slab::throw_budgets_exhausted(name(), bytes, s, snapshot, device_budget(),
+                                          spill_budget_ == ~std::size_t{0} ? detail::slab::none : spill_budget_);
+  }
+
+  // The per-class lists of slabs with a free block (doubly linked through the page table).
+  void link(std::size_t cls, std::size_t i) noexcept {
+    page& pg = pages_[i];
+    pg.prev = detail::slab::none;
+    pg.next = partial_[cls];
+    if (pg.next != detail::slab::none) pages_[pg.next].prev = i;
+    partial_[cls] = i;
+    pg.listed = true;
+  }
+  void unlink(std::size_t cls, std::size_t i) noexcept {
+    page& pg = pages_[i];
+    if (pg.prev != detail::slab::none) pages_[pg.prev].next = pg.next;
+    else partial_[cls] = pg.next;
+    if (pg.next != detail::slab::none) pages_[pg.next].prev = pg.prev;
+    pg.prev = pg.next = detail::slab::none;
+    pg.listed = false;
+  }
+
+  [[nodiscard]] std::size_t largest_free_class_block() const noexcept {
+    for (std::size_t c = detail::slab::class_count; c-- > 0;)
+      if (partial_[c] != detail::slab::none) return detail::slab::class_bytes(c);
+    return 0;
+  }
+
+  [[no_unique_address]] Device device_;
+  [[no_unique_address]] Spill spill_;
+  [[no_unique_address]] Observer observer_;
+  std::function<bool(std::size_t)> pressure_;
+
+  char* reservation_ = nullptr;  // what Device gave: reservation_bytes_ bytes
+  std::size_t reservation_bytes_ = 0;
+  char* base_ = nullptr;         // the first page: page-aligned, inside the reservation
+  std::size_t page_count_ = 0;   // base_ + page_count_ * page_bytes <= reservation_ + reservation_bytes_
+
+  mutable detail::slab::spinlock lock_;  // guards everything below
+  std::vector<page> pages_;
+  detail::slab::free_runs runs_;  // free pages + slab pages + run pages == page_count_
+  std::array<std::size_t, detail::slab::class_count> partial_{};  // per class: first slab with a free block
+  std::size_t free_class_blocks_ = 0;  // free blocks in all slabs
+  std::unordered_map<void*, spill_entry> spilled_;  // live spilled blocks
+  std::size_t spill_budget_;
+  std::size_t spill_charged_ = 0;  // spilled_bytes + spills in flight <= spill_budget_ (unless lowered)
+  // live_bytes == device blocks (rounded) + spilled_bytes;  reserved_bytes == device_budget() + spilled_bytes
+  // free_bytes == device_budget() - device blocks
+  vram::stats counters_{};
+};
+
+static_assert(resource<budget_slab<host_source, host_source>>);
+
+}  // namespace vram

@@ -1,0 +1,157 @@
+#pragma once
+// Internals of vram::budget_slab: the tunable constants, the size-class map, the page table
+// entry, the free-run index over the budget's pages, a small spin lock, and the error that
+// names both budgets. All metadata lives on the host: device memory is never read.
+
+#include <atomic>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <iterator>
+#include <map>
+#include <set>
+#include <thread>
+#include <utility>
+
+#include <vram/core/error.hpp>
+
+namespace vram::detail::slab {
+
+// ---- tunable constants ----------------------------------------------------------------
+/// The budget is cut into pages of this size: a slab of a size class is one page; a large
+/// request takes a run of whole pages.
+inline constexpr std::size_t page_bytes = std::size_t{64} << 10;
+/// The smallest size class (and the alignment every block has at least).
+inline constexpr std::size_t min_class = 256;
+/// Size classes are powers of two from min_class; this many of them.
+inline constexpr std::size_t class_count = 8;
+
+// ---- derived constants ----------------------------------------------------------------
+inline constexpr std::size_t max_class = min_class << (class_count - 1);  // 32 KiB
+inline constexpr std::size_t max_blocks = page_bytes / min_class;         // blocks in a slab of min_class
+inline constexpr std::size_t bitmap_words = max_blocks / 64;
+inline constexpr std::size_t none = ~std::size_t{0};
+static_assert(std::has_single_bit(page_bytes) && std::has_single_bit(min_class));
+static_assert(max_class * 2 == page_bytes, "the largest class holds two blocks per slab");
+static_assert(max_blocks % 64 == 0, "whole bitmap words");
+
+/// The class of a request of `bytes` (<= max_class): the smallest power of two >= bytes.
+[[nodiscard]] constexpr std::size_t class_of(std::size_t bytes) noexcept {
+  return bytes <= min_class ? 0 : static_cast<std::size_t>(std::bit_width(bytes - 1)) - std::bit_width(min_class - 1);
+}
+[[nodiscard]] constexpr std::size_t class_bytes(std::size_t cls) noexcept { return min_class << cls; }
+static_assert(class_of(1) == 0 && class_of(256) == 0 && class_of(257) == 1 && class_of(max_class) == class_count - 1);
+
+/// One page of the budget.
+struct page {
+  // freed: was a block start (run head or slab) and is free now, so a free of it is a double free.
+  // Pages inside a run (not its head) keep whatever they were: never looked up as live.
+  enum class kind : std::uint8_t { free, freed, slab, run_head };
+  kind type = kind::free;
+  std::uint8_t cls = 0;    // slab: the size class
+  std::uint32_t used = 0;  // slab: live blocks == popcount(bits)
+  std::size_t prev = none, next = none;  // slab: the class's list of slabs with a free block
+  bool listed = false;                   // slab: on that list
+  std::size_t run_pages = 0;             // run head: pages in the run
+  std::size_t requested = 0;             // run head: the caller's size
+  std::uint64_t bits[bitmap_words] = {};  // slab: 1 = live block
+};
+
+/// The free runs of pages, by address (for merging) and by size (for best fit): O(log n).
+///   sum(count) over runs == free pages;  runs never touch (merged on insert)
+class free_runs {
+ public:
+  /// Takes a run of n pages (best fit, lowest address among equals); none when no run fits.
+  std::size_t take(std::size_t n) {
+    auto it = by_size_.lower_bound({n, 0});
+    if (it == by_size_.end()) return none;
+    auto [count, first] = *it;
+    by_size_.erase(it);
+    by_address_.erase(first);
+    if (count > n) insert(first + n, count - n);
+    free_pages_ -= n;
+    return first;
+  }
+
+  /// Gives back [first, first + n), merging with free neighbours.
+  void give(std::size_t first, std::size_t n) {
+    free_pages_ += n;
+    auto next = by_address_.find(first + n);
+    if (next != by_address_.end()) {
+      n += next->second;
+      by_size_.erase({next->second, next->first});
+      by_address_.erase(next);
+    }
+    auto after = by_address_.lower_bound(first);
+    if (after != by_address_.begin()) {
+      auto prev = std::prev(after);
+      if (prev->first + prev->second == first) {
+        by_size_.erase({prev->second, prev->first});
+        first = prev->first;
+        n += prev->second;
+        by_address_.erase(prev);
+      }
+    }
+    insert(first, n);
+  }
+
+  [[nodiscard]] std::size_t free_pages() const noexcept { return free_pages_; }
+  [[nodiscard]] std::size_t runs() const noexcept { return by_address_.size(); }
+  [[nodiscard]] std::size_t largest() const noexcept { return by_size_.empty() ? 0 : by_size_.rbegin()->first; }
+  [[nodiscard]] const std::map<std::size_t, std::size_t>& by_address() const noexcept { return by_address_; }
+
+ private:
+  void insert(std::size_t first, std::size_t n) {
+    by_address_.emplace(first, n);
+    by_size_.emplace(n, first);
+  }
+
+  std::map<std::size_t, std::size_t> by_address_;           // first page -> count
+  std::set<std::pair<std::size_t, std::size_t>> by_size_;  // (count, first page)
+  std::size_t free_pages_ = 0;
+};
+
+/// A test-and-test-and-set lock: the slab's critical sections are a few dozen instructions,
+/// where a futex-based mutex costs more than the work; it yields when contended.
+class spinlock {
+ public:
+  void lock() noexcept {
+    while (locked_.exchange(true, std::memory_order_acquire)) {
+      while (locked_.load(std::memory_order_relaxed)) std::this_thread::yield();
+    }
+  }
+  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> locked_{false};
+};
+
+/// out_of_memory whose message names both budgets, formatted without allocating.
+class budgets_exhausted : public out_of_memory {
+ public:
+  budgets_exhausted(const char* resource, std::size_t bytes, stream_ref stream, const vram::stats& snapshot,
+                    std::size_t device_budget, std::size_t spill_budget) noexcept
+      : out_of_memory(resource, bytes, stream, snapshot) {
+    const std::size_t device_live = snapshot.live_bytes - snapshot.spilled_bytes;
+    if (spill_budget == none)
+      std::snprintf(message_, sizeof message_,
+                    "vram: out of memory in %s: %zu bytes requested; device budget %zu bytes (%zu live) is full "
+                    "and the spill source (unlimited budget, %zu spilled) failed",
+                    resource, bytes, device_budget, device_live, snapshot.spilled_bytes);
+    else
+      std::snprintf(message_, sizeof message_,
+                    "vram: out of memory in %s: %zu bytes requested; device budget %zu bytes (%zu live) and "
+                    "spill budget %zu bytes (%zu spilled) are both exhausted",
+                    resource, bytes, device_budget, device_live, spill_budget, snapshot.spilled_bytes);
+  }
+};
+
+[[noreturn, gnu::cold, gnu::noinline]] inline void throw_budgets_exhausted(const char* resource, std::size_t bytes,
+                                                                         stream_ref stream, const vram::stats& s,
+                                                                         std::size_t device_budget,
+                                                                         std::size_t spill_budget) {
+  throw budgets_exhausted(resource, bytes, stream, s, device_budget, spill_budget);
+}
+
+}  // namespace vram::detail::slab

@@ -1,0 +1,326 @@
+// budget_slab: size classes and page runs inside a fixed device budget, spill to host,
+// pressure callback, return to device, misuse, random sequences and threads.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <vram/alloc/budget_slab.hpp>
+#include <vram/source/host_source.hpp>
+#include <vram/source/simulated_device_source.hpp>
+
+#include "support/misuse_capture.hpp"
+#include "support/recording_resource.hpp"
+
+namespace {
+
+constexpr std::size_t KiB = 1024, MiB = 1024 * KiB;
+
+using device_t = vram::test::recording_resource<vram::simulated_device_source>;
+using slab_t = vram::budget_slab<device_t, vram::host_source>;
+
+device_t make_device() {
+  return device_t(vram::simulated_device_source(
+      vram::simulated_device_options{.capacity = 64 * MiB, .granularity = 2 * MiB}));
+}
+
+std::vector<std::size_t> state(const slab_t& s) {
+  auto st = s.stats();
+  return {st.live_bytes, st.requested_bytes, st.reserved_bytes, st.live_allocations, st.total_allocations,
+          st.total_deallocations, st.spills, st.spilled_bytes, st.free_bytes, st.free_blocks};
+}
+
+/// Every spilled pointer must be host memory: write all of it and read it back.
+void touch_host(void* p, std::size_t bytes) {
+  std::memset(p, 0x5a, bytes);
+  auto* c = static_cast<unsigned char*>(p);
+  REQUIRE(c[0] == 0x5a);
+  REQUIRE(c[bytes - 1] == 0x5a);
+}
+
+}  // namespace
+
+TEST_CASE("budget_slab: the budget is one reservation; size classes and runs come from it", "[budget_slab]") {
+  slab_t slab(make_device(), vram::host_source{}, {.device_budget = 4 * MiB});
+  CHECK(slab.device_budget() == 4 * MiB);
+  CHECK(slab.upstream().counters().allocations == 1);
+  CHECK(slab.upstream().counters().live_bytes == 4 * MiB);
+  std::vector<std::pair<void*, std::size_t>> blocks;
+  for (std::size_t bytes : {1ul, 256ul, 300ul, 4096ul, 5000ul, 32768ul, 32769ul, 65536ul, 200000ul}) {
+    void* p = slab.allocate_sync(bytes);
+    CHECK(slab.residency(p) == vram::residency::device);
+    CHECK(slab.owns(p));
+    std::size_t natural = std::min<std::size_t>(std::bit_ceil(std::max<std::size_t>(bytes, 256)), 64 * KiB);
+    CHECK(vram::is_aligned(p, natural));  // blocks are aligned to their class, runs to a page
+    blocks.emplace_back(p, bytes);
+    slab.check_invariants();
+  }
+  void* aligned = slab.allocate_sync(100, 16 * KiB);
+  CHECK(vram::is_aligned(aligned, 16 * KiB));
+  CHECK_THROWS_AS(slab.allocate_sync(100, 128 * KiB), vram::invalid_argument);
+  auto st = slab.stats();
+  CHECK(st.live_allocations == blocks.size() + 1);
+  CHECK(st.spills == 0);
+  CHECK(st.live_bytes == 256 + 256 + 512 + 4096 + 8192 + 32768 + 65536 + 65536 + 4 * 65536 + 16384);
+  CHECK(st.live_bytes + st.free_bytes == st.reserved_bytes);
+  slab.deallocate_sync(aligned, 100, 16 * KiB);
+  for (auto [p, bytes] : blocks) slab.deallocate_sync(p, bytes);
+  slab.check_invariants();
+  CHECK(slab.stats().live_bytes == 0);
+  CHECK(slab.upstream().counters().allocations == 1);  // nothing beyond the reservation, ever
+}
+
+TEST_CASE("budget_slab: a full budget spills to host memory, and freed device memory is used again",
+          "[budget_slab]") {
+  slab_t slab(make_device(), vram::host_source{}, {.device_budget = 1 * MiB});
+  std::vector<void*> device_blocks;
+  for (int i = 0; i < 4; ++i) device_blocks.push_back(slab.allocate_sync(256 * KiB));  // the whole budget
+  CHECK(slab.stats().free_bytes == 0);
+  void* spilled = slab.allocate_sync(100 * KiB);
+  CHECK(slab.residency(spilled) == vram::residency::host);
+  touch_host(spilled, 100 * KiB);
+  void* small = slab.allocate_sync(300);  // no page left for a slab either
+  CHECK(slab.residency(small) == vram::residency::host);
+  touch_host(small, 300);
+  auto st = slab.stats();
+  CHECK(st.spills == 2);
+  CHECK(st.spilled_bytes == 100 * KiB + 300);
+  CHECK(st.peak_spilled_bytes == st.spilled_bytes);
+  CHECK(st.reserved_bytes == 1 * MiB + st.spilled_bytes);
+  slab.check_invariants();
+
+  slab.deallocate_sync(device_blocks.back(), 256 * KiB);
+  device_blocks.pop_back();
+  void* back = slab.allocate_sync(150 * KiB);  // three of the four freed pages
+  CHECK(slab.residency(back) == vram::residency::device);  // the device again
+  void* back_small = slab.allocate_sync(300);
+  CHECK(slab.residency(back_small) == vram::residency::device);
+  slab.deallocate_sync(spilled, 100 * KiB);
+  slab.deallocate_sync(small, 300);
+  CHECK(slab.stats().spilled_bytes == 0);
+  CHECK(slab.stats().peak_spilled_bytes == 100 * KiB + 300);
+  CHECK(slab.spill_upstream().live_allocations() == 0);
+  slab.deallocate_sync(back, 150 * KiB);
+  slab.deallocate_sync(back_small, 300);
+  for (void* p : device_blocks) slab.deallocate_sync(p, 256 * KiB);
+  slab.check_invariants();
+}
+
+TEST_CASE("budget_slab: the pressure callback runs before spilling and may make room", "[budget_slab]") {
+  slab_t slab(make_device(), vram::host_source{}, {.device_budget = 512 * KiB});
+  void* cold = slab.allocate_sync(256 * KiB);
+  void* hot = slab.allocate_sync(256 * KiB);
+  int calls = 0;
+  slab.set_pressure_callback([&](std::size_t bytes) {
+    ++calls;
+    CHECK(bytes == 128 * KiB);
+    if (cold == nullptr) return false;
+    slab.deallocate_sync(cold, 256 * KiB);  // evict: re-entering the slab from the callback is fine
+    cold = nullptr;
+    return true;
+  });
+  void* p = slab.allocate_sync(128 * KiB);
+  CHECK(calls == 1);
+  CHECK(slab.residency(p) == vram::residency::device);
+  CHECK(slab.stats().spills == 0);
+  void* q = slab.allocate_sync(128 * KiB);  // fits in the rest of the evicted space
+  CHECK(calls == 1);
+  void* r = slab.allocate_sync(128 * KiB);  // nothing left to evict: spills
+  CHECK(calls == 2);
+  CHECK(slab.residency(r) == vram::residency::host);
+  for (void* x : {p, q, r}) slab.deallocate_sync(x, 128 * KiB);
+  slab.deallocate_sync(hot, 256 * KiB);
+  slab.check_invariants();
+}
+
+TEST_CASE("budget_slab: beyond both budgets is out_of_memory naming both, and nothing changes", "[budget_slab]") {
+  slab_t slab(make_device(), vram::host_source{}, {.device_budget = 256 * KiB, .spill_budget = 100 * KiB});
+  void* d = slab.allocate_sync(256 * KiB);
+  void* h = slab.allocate_sync(60 * KiB);
+  CHECK(slab.residency(h) == vram::residency::host);
+  auto before = state(slab);
+  try {
+    (void)slab.allocate_sync(50 * KiB);
+    FAIL("expected out_of_memory");
+  } catch (const vram::out_of_memory& e) {
+    std::string what = e.what();
+    INFO(what);
+    CHECK(e.bytes() == 50 * KiB);
+    CHECK(what.find("device budget 262144") != std::string::npos);
+    CHECK(what.find("spill budget 102400") != std::string::npos);
+    CHECK(e.stats().spilled_bytes == 60 * KiB);
+  }
+  CHECK(state(slab) == before);
+  CHECK(slab.stats().ooms == 1);
+  CHECK(slab.spill_upstream().live_allocations() == 1);
+  // Unlimited spill, failing spill source: still out_of_memory, saying the spill source failed.
+  slab.set_spill_budget(~std::size_t{0});
+  CHECK_THROWS_AS(slab.allocate_sync(std::size_t{1} << 52), vram::out_of_memory);
+  CHECK(state(slab) == before);
+  slab.deallocate_sync(h, 60 * KiB);
+  slab.deallocate_sync(d, 256 * KiB);
+  slab.check_invariants();
+}
+
+TEST_CASE("budget_slab: misuse is reported and changes nothing", "[budget_slab]") {
+  vram::test::misuse_capture capture;
+  slab_t slab(make_device(), vram::host_source{}, {.device_budget = 256 * KiB, .spill_budget = 1 * MiB});
+  void* small = slab.allocate_sync(1000);         // class 1 KiB
+  void* run = slab.allocate_sync(100 * KiB);      // a run of two pages
+  void* spilled = slab.allocate_sync(200 * KiB);  // beyond the budget
+  REQUIRE(slab.residency(spilled) == vram::residency::host);
+  void* other = slab.allocate_sync(1000);
+  slab.deallocate_sync(other, 1000);
+  auto before = state(slab);
+
+  alignas(256) static char foreign[1024];
+  slab.deallocate_sync(foreign, 1024);
+  CHECK(capture.count(vram::misuse::foreign_pointer) == 1);
+  slab.deallocate_sync(static_cast<char*>(small) + 256, 768);  // not a block start
+  CHECK(capture.count(vram::misuse::foreign_pointer) == 2);
+  slab.deallocate_sync(static_cast<char*>(run) + 64 * KiB, 36 * KiB);  // inside a run
+  CHECK(capture.count(vram::misuse::foreign_pointer) == 3);
+  slab.deallocate_sync(small, 5000);  // another class
+  slab.deallocate_sync(run, 99 * KiB);
+  slab.deallocate_sync(spilled, 1);
+  CHECK(capture.count(vram::misuse::wrong_size) == 3);
+  slab.deallocate_sync(other, 1000);  // a freed block of a live slab
+  CHECK(capture.count(vram::misuse::double_free) == 1);
+  CHECK(state(slab) == before);
+  slab.check_invariants();
+
+  // A spilled pointer freed after the budgets changed (device room freed, spill budget lowered)
+  // still goes back to the spill side; freeing it again is reported.
+  slab.deallocate_sync(run, 100 * KiB);
+  slab.set_spill_budget(0);
+  slab.deallocate_sync(spilled, 200 * KiB);
+  CHECK(slab.stats().spilled_bytes == 0);
+  CHECK(slab.spill_upstream().live_allocations() == 0);
+  auto after = state(slab);
+  slab.deallocate_sync(spilled, 200 * KiB);
+  slab.deallocate_sync(run, 100 * KiB);
+  CHECK(capture.count(vram::misuse::foreign_pointer) == 4);
+  CHECK(capture.count(vram::misuse::double_free) == 2);
+  CHECK(state(slab) == after);
+  slab.deallocate_sync(small, 1000);
+  slab.check_invariants();
+  CHECK(capture.count() == 9);
+}
+
+TEST_CASE("budget_slab: random operations agree with a reference model", "[budget_slab][property]") {
+  std::mt19937_64 rng(GENERATE(11u, 12u, 13u));
+  slab_t slab(make_device(), vram::host_source{}, {.device_budget = 2 * MiB, .spill_budget = 4 * MiB});
+  std::map<char*, std::size_t> device, host;  // the model: live blocks by side
+  std::vector<std::pair<char*, std::size_t>> live;
+  std::size_t spill_fail = 0;
+  for (int op = 0; op < 4000; ++op) {
+    if (rng() % 100 < 55 || live.empty()) {
+      std::size_t bytes = rng() % 10 == 0 ? 1 + rng() % (300 * KiB) : 1 + rng() % (16 * KiB);
+      char* p = nullptr;
+      try {
+        p = static_cast<char*>(slab.allocate_sync(bytes));
+      } catch (const vram::out_of_memory&) {
+        ++spill_fail;
+        continue;
+      }
+      auto& side = slab.residency(p) == vram::residency::device ? device : host;
+      REQUIRE(slab.residency(p) != vram::residency::none);
+      auto it = side.lower_bound(p);
+      if (it != side.end()) REQUIRE(p + bytes <= it->first);
+      if (it != side.begin()) REQUIRE(std::prev(it)->first + std::prev(it)->second <= p);
+      if (&side == &host) touch_host(p, bytes);
+      side.emplace(p, bytes);
+      live.emplace_back(p, bytes);
+    } else {
+      std::size_t i = rng() % live.size();
+      auto [p, bytes] = live[i];
+      (device.contains(p) ? device : host).erase(p);
+      slab.deallocate_sync(p, bytes);
+      live[i] = live.back();
+      live.pop_back();
+    }
+    slab.check_invariants();
+    auto st = slab.stats();
+    REQUIRE(st.live_allocations == live.size());
+    REQUIRE(st.live_bytes - st.spilled_bytes <= slab.device_budget());
+    REQUIRE(st.spilled_bytes <= 4 * MiB);
+    std::size_t host_bytes = 0;
+    for (auto& [p, b] : host) host_bytes += b;
+    REQUIRE(st.spilled_bytes == host_bytes);
+  }
+  CHECK(slab.stats().spills > 0);  // the sequence did reach the spill side
+  for (auto [p, bytes] : live) slab.deallocate_sync(p, bytes);
+  slab.check_invariants();
+  CHECK(slab.upstream().counters().allocations == 1);
+}
+
+TEST_CASE("budget_slab: several threads never exceed the budget or overlap", "[budget_slab][threads]") {
+  slab_t slab(make_device(), vram::host_source{}, {.device_budget = 1 * MiB, .spill_budget = 2 * MiB});
+  std::mutex model_mutex;
+  std::map<char*, std::size_t> device_live;  // every live device block, all threads
+  std::atomic<int> errors{0};
+  std::atomic<std::size_t> spills{0};
+  auto worker = [&](unsigned seed) {
+    std::mt19937_64 rng(seed);
+    vram::host_stream stream;
+    std::vector<std::pair<char*, std::size_t>> mine;
+    for (int op = 0; op < 3000; ++op) {
+      if (rng() % 2 == 0 || mine.empty()) {
+        std::size_t bytes = rng() % 8 == 0 ? 1 + rng() % (200 * KiB) : 1 + rng() % (8 * KiB);
+        char* p;
+        try {
+          p = static_cast<char*>(slab.allocate(stream, bytes));
+        } catch (const vram::out_of_memory&) {
+          continue;
+        }
+        if (slab.residency(p) == vram::residency::host) {
+          std::memset(p, static_cast<int>(seed), bytes);
+          ++spills;
+        } else {
+          std::lock_guard lock(model_mutex);
+          auto it = device_live.lower_bound(p);
+          if (it != device_live.end() && p + bytes > it->first) ++errors;
+          if (it != device_live.begin() && std::prev(it)->first + std::prev(it)->second > p) ++errors;
+          device_live.emplace(p, bytes);
+        }
+        mine.emplace_back(p, bytes);
+      } else {
+        std::size_t i = rng() % mine.size();
+        auto [p, bytes] = mine[i];
+        if (slab.residency(p) == vram::residency::device) {
+          std::lock_guard lock(model_mutex);
+          device_live.erase(p);
+        }
+        slab.deallocate(stream, p, bytes);
+        mine[i] = mine.back();
+        mine.pop_back();
+      }
+      auto st = slab.stats();
+      if (st.live_bytes - st.spilled_bytes > slab.device_budget() || st.spilled_bytes > 2 * MiB) ++errors;
+    }
+    for (auto [p, bytes] : mine) {
+      if (slab.residency(p) == vram::residency::device) {
+        std::lock_guard lock(model_mutex);
+        device_live.erase(p);
+      }
+      slab.deallocate_sync(p, bytes);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < 4; ++t) threads.emplace_back(worker, 100 + t);
+  for (auto& t : threads) t.join();
+  CHECK(errors == 0);
+  CHECK(spills > 0);
+  slab.check_invariants();
+  CHECK(slab.stats().live_bytes == 0);
+  CHECK(slab.upstream().counters().allocations == 1);
+  CHECK(slab.upstream().counters().peak_live_bytes == 1 * MiB);
+  CHECK(slab.spill_upstream().live_allocations() == 0);
+}
