@@ -21,10 +21,12 @@
 #include <vram/source/cuda_device_source.hpp>
 #include <vram/source/cuda_managed_source.hpp>
 #include <vram/source/cuda_pinned_source.hpp>
+#include <vram/source/cuda_vmm_source.hpp>
 #include <vram/source/host_source.hpp>
 #include <vram/source/simulated_device_source.hpp>
 
 // alloc/
+#include <vram/alloc/stream_pool.hpp>
 
 // adaptor/
 
