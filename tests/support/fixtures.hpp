@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <tuple>
 
+#include <vram/alloc/activation_arena.hpp>
+#include <vram/alloc/budget_slab.hpp>
 #include <vram/alloc/stream_pool.hpp>
 #include <vram/source/host_source.hpp>
 #include <vram/source/simulated_device_source.hpp>
@@ -51,8 +53,27 @@ struct stream_pool_contiguous_fixture {
   }
 };
 
+struct activation_arena_fixture {
+  static constexpr const char* name = "activation_arena<host_source>";
+  static constexpr bool host_accessible = true;
+  static constexpr bool single_stream = true;  // bound to the synchronous stream, one thread
+  static activation_arena<host_source> make() {
+    return activation_arena<host_source>(host_source{}, stream_ref{}, {.chunk_bytes = std::size_t{1} << 20});
+  }
+};
+
+struct budget_slab_fixture {
+  static constexpr const char* name = "budget_slab<host_source, host_source>";
+  static constexpr bool host_accessible = true;  // both sides are host memory here
+  static budget_slab<host_source, host_source> make() {
+    return budget_slab<host_source, host_source>(host_source{}, host_source{},
+                                                 {.device_budget = std::size_t{2} << 20});
+  }
+};
+
 /// Every host-side resource: the conformance suite runs on each.
 using host_fixtures = std::tuple<host_source_fixture, simulated_device_fixture, simulated_contiguous_fixture,
-                                 stream_pool_host_fixture, stream_pool_contiguous_fixture>;
+                                 stream_pool_host_fixture, stream_pool_contiguous_fixture,
+                                 activation_arena_fixture, budget_slab_fixture>;
 
 }  // namespace vram::test
