@@ -26,6 +26,8 @@
 #include <vram/source/simulated_device_source.hpp>
 
 // alloc/
+#include <vram/alloc/activation_arena.hpp>
+#include <vram/alloc/budget_slab.hpp>
 #include <vram/alloc/stream_pool.hpp>
 
 // adaptor/
