@@ -1,0 +1,175 @@
+#pragma once
+// vram::trace::replay: runs a trace against one allocator and measures what it costs in
+// memory (peak live vs peak reserved, OOMs) and in host time (ns per operation).
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <vram/core/concepts.hpp>
+#include <vram/core/error.hpp>
+#include <vram/core/host_stream.hpp>
+#include <vram/core/stats.hpp>
+#include <vram/core/stream_ref.hpp>
+#include <vram/trace/trace.hpp>
+
+namespace vram::trace {
+
+struct replay_options {
+  /// Bytes of the (simulated) device.
+  std::size_t capacity = std::size_t{80} << 30;
+  /// Points kept in the time series (the series is downsampled to about this many).
+  std::size_t series_points = 2000;
+  /// Time each operation (steady_clock around each allocate/deallocate).
+  bool time_operations = true;
+  /// Called now and then with (events done, events total), e.g. for a progress line.
+  std::function<void(std::size_t, std::size_t)> progress;
+};
+
+/// One point of the live/reserved time series.
+struct series_point {
+  std::size_t event = 0;
+  std::uint64_t live_bytes = 0;
+  std::uint64_t reserved_bytes = 0;
+  std::optional<std::uint64_t> recorded_reserved_bytes;
+};
+
+/// The figures of one (trace, allocator) replay.
+struct replay_result {
+  std::string trace;
+  std::string allocator;
+  std::string error;  ///< non-empty when the configuration could not run (e.g. no GPU)
+  std::size_t events = 0, allocs = 0, frees = 0;
+  std::size_t ooms = 0;  ///< allocations the allocator refused at this capacity (skipped, frees ignored)
+  std::uint64_t peak_live_bytes = 0;      ///< sum of live requested bytes, at its peak
+  std::uint64_t peak_reserved_bytes = 0;  ///< bytes the allocator held from the device, at its peak
+  std::uint64_t reserved_at_peak_live = 0;
+  std::size_t upstream_allocations = 0, upstream_deallocations = 0;
+  double ns_per_op_p50 = 0, ns_per_op_p99 = 0, ns_per_op_mean = 0;
+  std::optional<std::uint64_t> recorded_reserved_bytes;  ///< the recording allocator's peak, if known
+  std::vector<series_point> series;
+
+  /// peak reserved / peak live: 1.0 is a perfect allocator (0 when nothing was live).
+  [[nodiscard]] double reserved_per_live() const noexcept {
+    return peak_live_bytes == 0 ? 0.0 : double(peak_reserved_bytes) / double(peak_live_bytes);
+  }
+};
+
+/// Replays `t` against `r`. `stats_of()` returns the vram::stats that count what `r` holds
+/// from the device (the allocator's own stats(), or the device's for an upstream-only run).
+/// `streams` has t.streams entries (or is empty: everything on the synchronous stream).
+/// Blocks live at the start are allocated first, untimed; everything still live at the end
+/// is freed, untimed, so `r` ends empty.
+template <resource R, class StatsOf>
+replay_result replay(const trace& t, R& r, StatsOf&& stats_of, const std::vector<stream_ref>& streams,
+                     const replay_options& options = {}) {
+  replay_result out;
+  out.trace = t.name;
+  out.events = t.events.size() - t.initial_live;
+  out.recorded_reserved_bytes = t.recorded_peak_reserved;
+
+  // Dense slots for ids, computed once so the timed loop indexes a vector.
+  std::vector<std::uint32_t> slot(t.events.size());
+  {
+    std::unordered_map<std::uint64_t, std::uint32_t> ids;
+    ids.reserve(t.events.size());
+    for (std::size_t i = 0; i < t.events.size(); ++i)
+      slot[i] = ids.try_emplace(t.events[i].id, static_cast<std::uint32_t>(ids.size())).first->second;
+  }
+  std::vector<void*> ptr(t.events.size(), nullptr);
+  std::vector<std::uint64_t> bytes(t.events.size(), 0);
+  std::vector<std::uint32_t> ns;
+  if (options.time_operations) ns.reserve(t.events.size());
+  auto stream_of = [&](const event& e) { return e.stream < streams.size() ? streams[e.stream] : stream_ref{}; };
+
+  std::uint64_t live = 0;
+  std::size_t every = std::max<std::size_t>(1, t.events.size() / std::max<std::size_t>(1, options.series_points));
+  std::size_t progress_every = std::max<std::size_t>(1, t.events.size() / 100);
+  std::size_t recorded = 0;  // next recorded_reserved sample
+  std::optional<std::uint64_t> recorded_now;
+
+  for (std::size_t i = 0; i < t.events.size(); ++i) {
+    const event& e = t.events[i];
+    bool timed = options.time_operations && i >= t.initial_live;
+    if (e.kind == event::op::alloc) {
+      void* p = nullptr;
+      try {
+        auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+        p = r.allocate(stream_of(e), static_cast<std::size_t>(e.bytes), default_alignment);
+        if (timed)
+          ns.push_back(static_cast<std::uint32_t>(
+              std::min<long long>(UINT32_MAX, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                  std::chrono::steady_clock::now() - start)
+                                                  .count())));
+      } catch (const out_of_memory&) {
+        ++out.ooms;
+      } catch (const invalid_argument&) {
+        ++out.ooms;  // beyond what the allocator accepts at all
+      }
+      if (i >= t.initial_live) ++out.allocs;
+      if (p != nullptr || e.bytes == 0) {
+        ptr[slot[i]] = p;
+        bytes[slot[i]] = e.bytes;
+        live += e.bytes;
+        vram::stats s = stats_of();
+        if (live > out.peak_live_bytes) {
+          out.peak_live_bytes = live;
+          out.reserved_at_peak_live = s.reserved_bytes;
+        }
+        out.peak_reserved_bytes = std::max<std::uint64_t>(out.peak_reserved_bytes, s.reserved_bytes);
+      }
+    } else {
+      ++out.frees;
+      void*& p = ptr[slot[i]];
+      if (p != nullptr) {
+        auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+        r.deallocate(stream_of(e), p, static_cast<std::size_t>(e.bytes), default_alignment);
+        if (timed)
+          ns.push_back(static_cast<std::uint32_t>(std::min<long long>(
+              UINT32_MAX,
+              std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count())));
+        live -= bytes[slot[i]];
+        p = nullptr;
+      } else if (bytes[slot[i]] != 0) {
+        live -= bytes[slot[i]];  // a zero-byte allocation (nullptr) ends
+        bytes[slot[i]] = 0;
+      }
+    }
+    while (recorded < t.recorded_reserved.size() && t.recorded_reserved[recorded].event_index <= i + 1)
+      recorded_now = t.recorded_reserved[recorded++].reserved_bytes;
+    if (i % every == 0 || i + 1 == t.events.size())
+      out.series.push_back({i, live, stats_of().reserved_bytes, recorded_now});
+    if (options.progress && i % progress_every == 0) options.progress(i, t.events.size());
+  }
+  vram::stats end = stats_of();
+  out.peak_reserved_bytes = std::max<std::uint64_t>(out.peak_reserved_bytes, end.peak_reserved_bytes);
+  out.upstream_allocations = end.upstream_allocations;
+  out.upstream_deallocations = end.upstream_deallocations;
+  // Free what is left, so `r` (and its device) end empty.
+  for (std::size_t i = 0; i < t.events.size(); ++i)
+    if (t.events[i].kind == event::op::alloc && ptr[slot[i]] != nullptr) {
+      r.deallocate(stream_of(t.events[i]), ptr[slot[i]], static_cast<std::size_t>(bytes[slot[i]]), default_alignment);
+      ptr[slot[i]] = nullptr;
+    }
+  if (!ns.empty()) {
+    double sum = 0;
+    for (auto x : ns) sum += x;
+    out.ns_per_op_mean = sum / double(ns.size());
+    auto at = [&](double q) {
+      auto k = static_cast<std::size_t>(q * double(ns.size() - 1));
+      std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(k), ns.end());
+      return double(ns[k]);
+    };
+    out.ns_per_op_p50 = at(0.50);
+    out.ns_per_op_p99 = at(0.99);
+  }
+  return out;
+}
+
+}  // namespace vram::trace

@@ -1,0 +1,219 @@
+#pragma once
+// Reports of replay results: a text table per trace, JSON (one object per trace x allocator)
+// and one self-contained HTML page with inline SVG plots (no scripts, nothing from the network).
+
+#include <algorithm>
+#include <cstdio>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <vram/detail/json.hpp>
+#include <vram/trace/replay.hpp>
+#include <vram/trace/trace.hpp>
+
+namespace vram::trace {
+
+/// "1.23 GiB", "512 B".
+inline std::string format_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
+  return buf;
+}
+
+/// The table of one trace's results.
+inline void print_table(std::ostream& out, const trace& t, const std::vector<replay_result>& results) {
+  char line[512];
+  out << "\n== " << t.name << " (" << t.format << "): " << t.allocs() << " allocs, " << t.frees() << " frees";
+  if (t.initial_live != 0) out << ", " << t.initial_live << " blocks live at the start";
+  out << ", " << t.streams << (t.streams == 1 ? " stream" : " streams");
+  if (t.warnings != 0) out << ", " << t.warnings << " warnings";
+  out << "\n";
+  for (const auto& w : t.warning_examples) out << "   warning: " << w << "\n";
+  std::snprintf(line, sizeof line, "%-16s %12s %12s %9s %6s %10s %9s %9s %14s\n", "allocator", "peak live",
+                "peak reserved", "res/live", "OOMs", "upstream", "p50 ns", "p99 ns", "recorded res.");
+  out << line;
+  for (const auto& r : results) {
+    if (!r.error.empty()) {
+      out << r.allocator << ": " << r.error << "\n";
+      continue;
+    }
+    std::snprintf(line, sizeof line, "%-16s %12s %12s %9.3f %6zu %10zu %9.0f %9.0f %14s\n", r.allocator.c_str(),
+                  format_bytes(double(r.peak_live_bytes)).c_str(), format_bytes(double(r.peak_reserved_bytes)).c_str(),
+                  r.reserved_per_live(), r.ooms, r.upstream_allocations, r.ns_per_op_p50, r.ns_per_op_p99,
+                  r.recorded_reserved_bytes ? format_bytes(double(*r.recorded_reserved_bytes)).c_str() : "-");
+    out << line;
+  }
+}
+
+/// One JSON object per result, in an array.
+inline void write_json(std::ostream& out, const std::vector<replay_result>& results) {
+  using vram::detail::json_quote;
+  out << "[\n";
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
+    out << "  {\"trace\": " << json_quote(r.trace) << ", \"allocator\": " << json_quote(r.allocator)
+        << ", \"events\": " << r.events << ", \"allocs\": " << r.allocs << ", \"frees\": " << r.frees
+        << ", \"peak_live_bytes\": " << r.peak_live_bytes << ", \"peak_reserved_bytes\": " << r.peak_reserved_bytes
+        << ", \"reserved_at_peak_live_bytes\": " << r.reserved_at_peak_live
+        << ", \"reserved_per_live\": " << r.reserved_per_live() << ", \"ooms\": " << r.ooms
+        << ", \"upstream_allocations\": " << r.upstream_allocations
+        << ", \"upstream_deallocations\": " << r.upstream_deallocations << ", \"ns_per_op_p50\": " << r.ns_per_op_p50
+        << ", \"ns_per_op_p99\": " << r.ns_per_op_p99 << ", \"ns_per_op_mean\": " << r.ns_per_op_mean
+        << ", \"recorded_reserved_bytes\": ";
+    if (r.recorded_reserved_bytes) out << *r.recorded_reserved_bytes;
+    else out << "null";
+    out << ", \"error\": ";
+    if (r.error.empty()) out << "null";
+    else out << json_quote(r.error);
+    out << "}" << (i + 1 < results.size() ? "," : "") << "\n";
+  }
+  out << "]\n";
+}
+
+namespace detail_report {
+
+inline std::string escape_html(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+inline const char* colour(std::size_t i) {
+  static const char* palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2"};
+  return palette[i % 7];
+}
+
+struct line {
+  std::string label, colour;
+  std::vector<std::pair<double, double>> points;  // x, y
+  bool dashed = false;
+};
+
+/// An SVG line chart, axes with a few labelled ticks.
+inline std::string chart(const std::string& title, const std::vector<line>& lines, double y_max, bool bytes) {
+  const double w = 900, h = 300, left = 80, right = 200, top = 30, bottom = 40;
+  double x_max = 1;
+  for (const auto& l : lines)
+    for (auto [x, y] : l.points) x_max = std::max(x_max, x);
+  y_max = std::max(y_max, 1e-9);
+  auto px = [&](double x) { return left + x / x_max * (w - left - right); };
+  auto py = [&](double y) { return top + (1 - y / y_max) * (h - top - bottom); };
+  char buf[256];
+  std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"900\" height=\"300\" viewBox=\"0 0 900 300\">";
+  s += "<text x=\"" + std::to_string(int(left)) + "\" y=\"18\" font-size=\"14\" font-weight=\"bold\">" + escape_html(title) + "</text>";
+  for (int k = 0; k <= 4; ++k) {
+    double y = y_max * k / 4;
+    std::snprintf(buf, sizeof buf,
+                  "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/><text x=\"%.0f\" y=\"%.1f\" "
+                  "font-size=\"11\" text-anchor=\"end\">",
+                  left, py(y), w - right, py(y), left - 5, py(y) + 4);
+    s += buf;
+    s += bytes ? format_bytes(y) : std::to_string(int(y * 100 + 0.5)) + "%";
+    s += "</text>";
+  }
+  std::snprintf(buf, sizeof buf,
+                "<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\" text-anchor=\"middle\">event index (0 .. %.0f)</text>",
+                (left + w - right) / 2, h - 10, x_max);
+  s += buf;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const auto& l = lines[i];
+    s += "<polyline fill=\"none\" stroke=\"" + l.colour + "\" stroke-width=\"1.5\"" +
+         (l.dashed ? " stroke-dasharray=\"5,3\"" : "") + " points=\"";
+    for (auto [x, y] : l.points) {
+      std::snprintf(buf, sizeof buf, "%.1f,%.1f ", px(x), py(std::min(y, y_max)));
+      s += buf;
+    }
+    s += "\"/>";
+    std::snprintf(buf, sizeof buf,
+                  "<line x1=\"%.0f\" y1=\"%zu\" x2=\"%.0f\" y2=\"%zu\" stroke=\"%s\" stroke-width=\"2\"%s/><text x=\"%.0f\" "
+                  "y=\"%zu\" font-size=\"11\">",
+                  w - right + 10, 40 + 16 * i, w - right + 30, 40 + 16 * i, l.colour.c_str(),
+                  l.dashed ? " stroke-dasharray=\"5,3\"" : "", w - right + 35, 44 + 16 * i);
+    s += buf + escape_html(l.label) + "</text>";
+  }
+  return s + "</svg>\n";
+}
+
+}  // namespace detail_report
+
+/// One self-contained HTML page: per trace, the table, live vs reserved over time per
+/// allocator, and the waste (1 - live / reserved) over time.
+inline void write_html(std::ostream& out, const std::vector<std::pair<const trace*, std::vector<replay_result>>>& runs) {
+  using namespace detail_report;
+  out << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>vram-replay report</title>\n"
+         "<style>body{font-family:sans-serif;margin:2em;max-width:1000px}table{border-collapse:collapse}"
+         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee}"
+         "td:first-child{text-align:left}</style></head><body>\n<h1>vram-replay report</h1>\n"
+         "<p>Peak live is the lower bound no allocator can beat; peak reserved is what each allocator held from "
+         "the (simulated) device. Waste = 1 - live / reserved.</p>\n";
+  for (const auto& [t, results] : runs) {
+    out << "<h2>" << escape_html(t->name) << "</h2>\n<p>" << escape_html(t->format) << ": " << t->allocs()
+        << " allocations, " << t->frees() << " frees, " << t->initial_live << " blocks live at the start, "
+        << t->streams << " stream(s), " << t->warnings << " warning(s).</p>\n";
+    out << "<table><tr><th>allocator</th><th>peak live</th><th>peak reserved</th><th>reserved/live</th><th>OOMs</th>"
+           "<th>upstream calls</th><th>p50 ns</th><th>p99 ns</th><th>recorded reserved</th></tr>\n";
+    char buf[128];
+    for (const auto& r : results) {
+      if (!r.error.empty()) {
+        out << "<tr><td>" << escape_html(r.allocator) << "</td><td colspan=\"8\">" << escape_html(r.error) << "</td></tr>\n";
+        continue;
+      }
+      std::snprintf(buf, sizeof buf, "%.3f", r.reserved_per_live());
+      out << "<tr><td>" << escape_html(r.allocator) << "</td><td>" << format_bytes(double(r.peak_live_bytes))
+          << "</td><td>" << format_bytes(double(r.peak_reserved_bytes)) << "</td><td>" << buf << "</td><td>" << r.ooms
+          << "</td><td>" << r.upstream_allocations << "</td><td>" << r.ns_per_op_p50 << "</td><td>" << r.ns_per_op_p99
+          << "</td><td>" << (r.recorded_reserved_bytes ? format_bytes(double(*r.recorded_reserved_bytes)) : "-")
+          << "</td></tr>\n";
+    }
+    out << "</table>\n";
+    std::vector<line> bytes_lines, waste_lines;
+    double y_max = 0;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      const auto& r = results[i];
+      if (!r.error.empty()) continue;
+      line reserved{r.allocator + " reserved", colour(i), {}}, waste{r.allocator, colour(i), {}};
+      for (const auto& p : r.series) {
+        reserved.points.emplace_back(double(p.event), double(p.reserved_bytes));
+        waste.points.emplace_back(double(p.event),
+                                  p.reserved_bytes == 0 ? 0.0 : 1.0 - double(p.live_bytes) / double(p.reserved_bytes));
+        y_max = std::max(y_max, double(p.reserved_bytes));
+      }
+      bytes_lines.push_back(std::move(reserved));
+      waste_lines.push_back(std::move(waste));
+    }
+    if (!results.empty() && results.front().error.empty()) {
+      line live{"live (all)", "#000000", {}, true};
+      line recorded{"recorded reserved", "#7f7f7f", {}, true};
+      for (const auto& p : results.front().series) {
+        live.points.emplace_back(double(p.event), double(p.live_bytes));
+        y_max = std::max(y_max, double(p.live_bytes));
+        if (p.recorded_reserved_bytes) {
+          recorded.points.emplace_back(double(p.event), double(*p.recorded_reserved_bytes));
+          y_max = std::max(y_max, double(*p.recorded_reserved_bytes));
+        }
+      }
+      bytes_lines.push_back(std::move(live));
+      if (!recorded.points.empty()) bytes_lines.push_back(std::move(recorded));
+    }
+    out << chart("live vs reserved bytes", bytes_lines, y_max * 1.05, true);
+    out << chart("waste: 1 - live / reserved", waste_lines, 1.0, false);
+  }
+  out << "</body></html>\n";
+}
+
+}  // namespace vram::trace
