@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -20,6 +19,7 @@
 #  define VRAM_TRACKER_HAS_BACKTRACE 0
 #endif
 
+#include <vram/detail/adaptor_rmm_csv.hpp>
 #include <vram/detail/pickle_writer.hpp>
 #include <vram/detail/tracker_records.hpp>
 
@@ -145,24 +145,14 @@ inline std::string tracker_write_pytorch_snapshot(const tracker_export_data& d) 
 /// RMM's CSV log: Thread,Time,Action,Pointer,Size,Stream plus a Tenant column (the tenant's
 /// path). Time is local HH:MM:SS.ffffff as RMM writes it. Frees are logged when requested.
 inline void tracker_write_rmm_csv(std::ostream& out, const tracker_export_data& d) {
-  out << "Thread,Time,Action,Pointer,Size,Stream,Tenant\n";
-  char line[160];
+  out << rmm_csv_header;
   for (const auto& e : d.events) {
     const char* action = nullptr;
     if (e.action == tracker_action::alloc) action = "allocate";
     else if (e.action == tracker_action::free_requested) action = "free";
     else if (e.action == tracker_action::oom) action = "allocate failure";
-    if (action == nullptr) continue;
-    std::time_t secs = static_cast<std::time_t>(e.time_us / 1000000);
-    std::tm tm{};
-    localtime_r(&secs, &tm);
-    char pointer[24];
-    if (e.address == 0) std::snprintf(pointer, sizeof pointer, "(nil)");
-    else std::snprintf(pointer, sizeof pointer, "0x%llx", static_cast<unsigned long long>(e.address));
-    std::snprintf(line, sizeof line, "%llu,%02d:%02d:%02d.%06lld,%s,%s,%zu,0x%llx,", static_cast<unsigned long long>(e.thread),
-                  tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(e.time_us % 1000000), action, pointer,
-                  e.bytes, static_cast<unsigned long long>(e.stream));
-    out << line << tenant_path(*d.registry, e.owner) << '\n';
+    if (action != nullptr)
+      write_rmm_csv_line(out, e.thread, e.time_us, action, e.address, e.bytes, e.stream, tenant_path(*d.registry, e.owner));
   }
 }
 
