@@ -60,6 +60,15 @@ class trace_builder {
     initial_.push_back({trace::event::op::alloc, stream_index(stream), next_id_++, bytes, 0});
   }
 
+  /// `bytes` allocated before the window beyond the blocks its frees revealed: one block,
+  /// live throughout (never freed).
+  void live_before_window(std::uint64_t bytes) {
+    std::uint64_t known = 0;
+    for (const auto& e : initial_) known += e.bytes;
+    if (bytes <= known) return;
+    initial_.push_back({trace::event::op::alloc, 0, next_id_++, bytes - known, 0});
+  }
+
   void recorded_reserved(std::uint64_t reserved) {
     trace_.recorded_reserved.push_back({trace_.events.size(), reserved});  // re-based in finish()
     if (!trace_.recorded_peak_reserved || reserved > *trace_.recorded_peak_reserved)

@@ -279,6 +279,7 @@ inline trace read_kineto(std::string_view text, const std::string& source) {
     std::int64_t time_ns, index;
     std::uint64_t addr;
     std::int64_t bytes, reserved;  // bytes < 0: a free; reserved < 0: not recorded
+    std::int64_t allocated;        // "Total Allocated" after the event, < 0: not recorded
   };
   std::vector<record> records;
   auto on_event = [&](const vram::detail::json_value& e) {
@@ -306,11 +307,15 @@ inline trace read_kineto(std::string_view text, const std::string& source) {
     const auto* ts = e.find("ts");
     const auto* index = args->find("Ev Idx");
     const auto* reserved = args->find("Total Reserved");
+    const auto* allocated = args->find("Total Allocated");
     records.push_back({static_cast<std::int64_t>(ts != nullptr && ts->is_number() ? ts->number * 1000.0 : 0.0),
                        index != nullptr && index->is_number() ? index->as_int() : 0,
                        static_cast<std::uint64_t>(addr->integer), n,
                        reserved != nullptr && reserved->is_number() && reserved->number >= 0
                            ? static_cast<std::int64_t>(reserved->number)
+                           : -1,
+                       allocated != nullptr && allocated->is_number() && allocated->number >= 0
+                           ? static_cast<std::int64_t>(allocated->number)
                            : -1});
   };
   auto events_array = [&] {
@@ -344,12 +349,18 @@ inline trace read_kineto(std::string_view text, const std::string& source) {
   std::stable_sort(records.begin(), records.end(), [](const record& a, const record& c) {
     return a.time_ns != c.time_ns ? a.time_ns < c.time_ns : a.index < c.index;
   });
+  // Memory allocated before the window and not freed in it: one block live throughout, so
+  // peaks compare with the recorded "Total Reserved" (which includes it).
+  std::int64_t before = records.empty() || records.front().allocated < 0
+                            ? 0
+                            : records.front().allocated - records.front().bytes;
   for (const auto& r : records) {
     auto size = r.bytes < 0 ? 0 - static_cast<std::uint64_t>(r.bytes) : static_cast<std::uint64_t>(r.bytes);
     if (r.bytes > 0) b.alloc(r.addr, size, 0, r.time_ns);
     else if (r.bytes < 0) b.free(r.addr, size, 0, r.time_ns);
     if (r.reserved >= 0) b.recorded_reserved(static_cast<std::uint64_t>(r.reserved));
   }
+  if (before > 0) b.live_before_window(static_cast<std::uint64_t>(before));
   if (other_devices != 0)
     b.warn(std::to_string(other_devices) + " memory events of other CUDA devices skipped (device " +
            std::to_string(device) + " replayed)");

@@ -1,0 +1,106 @@
+// The vram-replay executable, run as a user would: built-in workloads, the shared traces,
+// --json / --html outputs, and clear errors for bad input.
+
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <vram/detail/json.hpp>
+
+namespace {
+
+#ifndef VRAM_REPLAY_EXE
+#define VRAM_REPLAY_EXE ""
+#endif
+
+struct run_result {
+  int status;
+  std::string out;
+};
+
+/// Runs vram-replay with `args`, capturing stdout and stderr.
+run_result run(const std::string& args) {
+  std::string exe = VRAM_REPLAY_EXE;
+  if (exe.empty()) FAIL("VRAM_REPLAY_EXE is not set: configure with VRAM_BUILD_TOOLS=ON");
+  std::string command = "'" + exe + "' " + args + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string out;
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string traces() { return std::string(VRAM_SHARED_TRACES); }
+
+}  // namespace
+
+TEST_CASE("no arguments: built-in workloads, a real comparison") {
+  auto r = run("");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("transformer-training") != std::string::npos);
+  CHECK(r.out.find("kv-cache-inference") != std::string::npos);
+  for (const char* a : {"pool-contiguous", "pool-segments", "arena", "upstream"}) CHECK(r.out.find(a) != std::string::npos);
+}
+
+TEST_CASE("shared traces with --json and --html") {
+  std::string json = "vram_replay_test.json", html = "vram_replay_test.html";
+  auto r = run("--no-timing --allocators pool-contiguous,upstream --json " + json + " --html " + html + " '" +
+               traces() + "/memory.pickle' '" + traces() + "/pangu_2.6B.csv'");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("7946 allocs, 7549 frees") != std::string::npos);
+  CHECK(r.out.find("18692 allocs, 18692 frees") != std::string::npos);
+  std::string text = slurp(json);
+  vram::detail::json_reader reader(text, json);
+  auto doc = reader.parse_value();
+  REQUIRE(doc.is_array());
+  REQUIRE(doc.array.size() == 4);
+  CHECK(doc.array[0].find("trace")->string == "memory.pickle");
+  CHECK(doc.array[0].find("allocator")->string == "pool-contiguous");
+  CHECK(doc.array[0].find("peak_live_bytes")->as_int() == 1783664516);
+  CHECK(doc.array[0].find("recorded_reserved_bytes")->is_number());
+  CHECK(doc.array[2].find("recorded_reserved_bytes")->is_null());  // lifetimes record no reserve
+  std::string page = slurp(html);
+  CHECK(page.find("<svg") != std::string::npos);
+  CHECK(page.find("</html>") != std::string::npos);
+}
+
+TEST_CASE("bad input: clear errors and exit codes, never a crash") {
+  auto missing = run("/nonexistent.pickle");
+  CHECK(missing.status == 1);
+  CHECK(missing.out.find("/nonexistent.pickle: cannot open") != std::string::npos);
+  auto option = run("--frobnicate");
+  CHECK(option.status == 2);
+  auto alloc = run("--allocators nope");
+  CHECK(alloc.status == 2);
+  CHECK(alloc.out.find("known: pool-contiguous") != std::string::npos);
+  auto capacity = run("--capacity lots");
+  CHECK(capacity.status == 2);
+  std::ofstream("vram_replay_truncated.pickle") << slurp(traces() + "/memory.pickle").substr(0, 5000);
+  auto truncated = run("vram_replay_truncated.pickle");
+  CHECK(truncated.status == 1);
+  CHECK(truncated.out.find("vram_replay_truncated.pickle: pickle: at byte") != std::string::npos);
+  auto cuda = run("--device cuda");
+#if VRAM_HAS_CUDA
+  CHECK((cuda.status == 0 || cuda.out.find("no CUDA GPU") != std::string::npos));
+#else
+  CHECK(cuda.status == 3);
+  CHECK(cuda.out.find("built without CUDA") != std::string::npos);
+#endif
+}

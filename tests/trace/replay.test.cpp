@@ -1,0 +1,182 @@
+// The replay engine, the allocator configurations and the built-in workloads.
+
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+
+#include <vram/detail/json.hpp>
+#include <vram/trace/allocators.hpp>
+#include <vram/trace/read_trace.hpp>
+#include <vram/trace/replay.hpp>
+#include <vram/trace/report.hpp>
+#include <vram/trace/workloads.hpp>
+
+#include "support/recording_resource.hpp"
+
+using vram::trace::event;
+using vram::trace::trace;
+
+namespace {
+
+trace small_trace() {
+  return vram::trace::parse_trace(
+      "# vram-trace 1\nL,100,4096,0,0\nA,1,1000,0,1\nA,2,3000,0,2\nF,1,1000,0,3\nA,3,500,0,4\nF,2,3000,0,5\nF,3,500,0,6\n",
+      "small");
+}
+
+const trace& real(const std::string& file) {
+  static std::map<std::string, trace> cache;
+  auto it = cache.find(file);
+  if (it == cache.end()) {
+    std::string path = std::string(VRAM_SHARED_TRACES) + "/" + file;
+    if (!std::ifstream(path)) FAIL("the shared trace " << path << " is missing: every machine of this project has it");
+    it = cache.emplace(file, vram::trace::read_trace(path)).first;
+  }
+  return it->second;
+}
+
+}  // namespace
+
+TEST_CASE("replay on a plain device: peak live, OOMs skipped, frees of OOM'd blocks ignored") {
+  trace t = small_trace();
+  auto dev = vram::simulated_device_source(vram::simulated_device_options{.capacity = 1 << 20, .granularity = 256});
+  auto r = vram::trace::replay(t, dev, [&] { return dev.stats(); }, {});
+  CHECK(r.peak_live_bytes == 4096 + 4000);
+  CHECK(r.peak_live_bytes == t.peak_live_bytes());
+  CHECK(r.peak_reserved_bytes == 4096 + 1024 + 3072);
+  CHECK(r.ooms == 0);
+  CHECK(r.allocs == 3);
+  CHECK(r.frees == 3);
+  CHECK(dev.stats().live_allocations == 0);  // everything freed at the end
+
+  // A device too small for block 2: it is counted, skipped, and its free ignored.
+  auto tiny = vram::simulated_device_source(vram::simulated_device_options{.capacity = 6144, .granularity = 256});
+  auto s = vram::trace::replay(t, tiny, [&] { return tiny.stats(); }, {});
+  CHECK(s.ooms == 1);
+  CHECK(s.peak_live_bytes == 4096 + 1000);
+  CHECK(tiny.stats().live_allocations == 0);
+}
+
+TEST_CASE("replay over a recording, leak-checking upstream") {
+  trace t = vram::trace::transformer_training({.layers = 2, .hidden = 256, .heads = 4, .vocab = 1000, .batch = 2,
+                                               .sequence = 128, .steps = 2});
+  vram::test::recording_resource<vram::host_source> rec{vram::host_source{}};
+  vram::stats none;
+  auto r = vram::trace::replay(t, rec, [&] { return none; }, {});
+  CHECK(r.ooms == 0);
+  CHECK(r.peak_live_bytes == t.peak_live_bytes());
+  CHECK(r.allocs == t.allocs());
+  CHECK(rec.counters().allocations == t.allocs());
+  CHECK(rec.counters().live_allocations() == 0);  // the engine frees what the trace leaves live
+}
+
+TEST_CASE("built-in workloads are consistent traces") {
+  for (const trace& t : vram::trace::builtin_workloads()) {
+    INFO(t.name);
+    std::unordered_map<std::uint64_t, std::uint64_t> live;
+    for (const auto& e : t.events) {
+      REQUIRE(e.stream < t.streams);
+      if (e.kind == event::op::alloc) {
+        REQUIRE(live.emplace(e.id, e.bytes).second);
+      } else {
+        REQUIRE(live.count(e.id) == 1);
+        REQUIRE(live[e.id] == e.bytes);
+        live.erase(e.id);
+      }
+    }
+    CHECK(live.empty());
+    CHECK(t.allocs() > 1000);
+  }
+  vram::trace::transformer_shape plain, recompute;
+  recompute.recompute = true;
+  CHECK(vram::trace::transformer_training(recompute).peak_live_bytes() <
+        vram::trace::transformer_training(plain).peak_live_bytes());
+  CHECK(vram::trace::kv_cache_inference().streams == 4);
+}
+
+TEST_CASE("every default configuration replays every built-in workload") {
+  vram::trace::replay_options o;
+  for (const trace& t : vram::trace::builtin_workloads())
+    for (const auto& c : vram::trace::default_allocators()) {
+      INFO(t.name << " on " << c.name);
+      auto r = c.run(t, o);
+      CHECK(r.allocator == c.name);
+      CHECK(r.peak_live_bytes == t.peak_live_bytes());
+      CHECK(r.peak_reserved_bytes >= r.peak_live_bytes);
+      CHECK(r.ooms == 0);
+      CHECK(r.ns_per_op_p99 >= r.ns_per_op_p50);
+      CHECK(!r.series.empty());
+    }
+}
+
+TEST_CASE("real traces replay on the pools with the trace's own peak live and no OOM at 80 GiB") {
+  vram::trace::replay_options o;
+  o.time_operations = false;
+  for (const char* file : {"memory.pickle", "medium_1024_training_memory_snapshot.pickle", "df_index_resolver.json.gz",
+                           "pangu_2.6B.csv"}) {
+    const trace& t = real(file);
+    for (const auto& c : {vram::trace::pool_contiguous_config(), vram::trace::pool_segments_config(),
+                          vram::trace::upstream_config()}) {
+      INFO(file << " on " << c.name);
+      auto r = c.run(t, o);
+      CHECK(r.peak_live_bytes == t.peak_live_bytes());
+      CHECK(r.peak_reserved_bytes >= r.peak_live_bytes);
+      CHECK(r.reserved_per_live() < 2.0);
+      CHECK(r.ooms == 0);
+      CHECK(r.recorded_reserved_bytes == t.recorded_peak_reserved);
+    }
+  }
+}
+
+TEST_CASE("capacity below peak live: every configuration reports OOMs, none crashes") {
+  const trace& t = real("memory.pickle");
+  vram::trace::replay_options o;
+  o.capacity = std::size_t{1} << 30;  // 1 GiB < 1.66 GiB live
+  o.time_operations = false;
+  for (const auto& c : vram::trace::default_allocators()) {
+    INFO(c.name);
+    auto r = c.run(t, o);
+    CHECK(r.ooms > 0);
+    CHECK(r.peak_reserved_bytes <= o.capacity);
+  }
+}
+
+TEST_CASE("JSON and HTML reports parse") {
+  trace t = small_trace();
+  std::vector<vram::trace::replay_result> results;
+  for (const auto& c : vram::trace::default_allocators()) results.push_back(c.run(t, {}));
+  std::ostringstream json;
+  vram::trace::write_json(json, results);
+  std::string text = json.str();
+  vram::detail::json_reader reader(text, "report.json");
+  auto doc = reader.parse_value();
+  CHECK(reader.at_end());
+  REQUIRE(doc.is_array());
+  REQUIRE(doc.array.size() == results.size());
+  for (const auto& o : doc.array) {
+    for (const char* key : {"trace", "allocator", "events", "peak_live_bytes", "peak_reserved_bytes", "ooms",
+                            "ns_per_op_p50", "ns_per_op_p99", "recorded_reserved_bytes"})
+      CHECK(o.find(key) != nullptr);
+    CHECK(o.find("recorded_reserved_bytes")->is_null());
+    CHECK(o.find("peak_live_bytes")->as_int() == 8096);
+  }
+  std::ostringstream html;
+  vram::trace::write_html(html, {{&t, results}});
+  std::string page = html.str();
+  CHECK(page.starts_with("<!DOCTYPE html>"));
+  CHECK(page.find("<script") == std::string::npos);
+  CHECK(page.find("http://") == page.find("http://www.w3.org/2000/svg"));  // only the SVG namespace
+  auto count = [&](const std::string& s) {
+    std::size_t n = 0;
+    for (auto p = page.find(s); p != std::string::npos; p = page.find(s, p + 1)) ++n;
+    return n;
+  };
+  CHECK(count("<svg") == 2);
+  CHECK(count("<svg") == count("</svg>"));
+  CHECK(count("<table") == count("</table>"));
+  CHECK(count("<polyline") >= 2 * results.size());
+}
