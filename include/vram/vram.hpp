@@ -15,6 +15,8 @@
 #include <vram/core/resource_ref.hpp>
 #include <vram/core/stats.hpp>
 #include <vram/core/stream_ref.hpp>
+#include <vram/core/tag_scope.hpp>
+#include <vram/core/tenant.hpp>
 
 // source/
 #include <vram/source/cuda_async_source.hpp>
@@ -31,6 +33,12 @@
 #include <vram/alloc/stream_pool.hpp>
 
 // adaptor/
+#include <vram/adaptor/logging_adaptor.hpp>
+#include <vram/adaptor/quota_adaptor.hpp>
+#include <vram/adaptor/quota_exceeded.hpp>
+#include <vram/adaptor/retry_adaptor.hpp>
+#include <vram/adaptor/statistics_adaptor.hpp>
+#include <vram/adaptor/tracker_adaptor.hpp>
 
 // trace/
 

@@ -3,8 +3,15 @@
 // what can be checked on it. Add a fixture here when a resource lands, and list it below.
 
 #include <cstddef>
+#include <streambuf>
+#include <ostream>
 #include <tuple>
 
+#include <vram/adaptor/logging_adaptor.hpp>
+#include <vram/adaptor/quota_adaptor.hpp>
+#include <vram/adaptor/retry_adaptor.hpp>
+#include <vram/adaptor/statistics_adaptor.hpp>
+#include <vram/adaptor/tracker_adaptor.hpp>
 #include <vram/alloc/activation_arena.hpp>
 #include <vram/alloc/budget_slab.hpp>
 #include <vram/alloc/stream_pool.hpp>
@@ -71,9 +78,56 @@ struct budget_slab_fixture {
   }
 };
 
+struct statistics_adaptor_fixture {
+  static constexpr const char* name = "statistics_adaptor<host_source>";
+  static constexpr bool host_accessible = true;
+  static statistics_adaptor<host_source> make() { return statistics_adaptor<host_source>(host_source{}); }
+};
+
+struct quota_adaptor_fixture {
+  static constexpr const char* name = "quota_adaptor<host_source>";
+  static constexpr bool host_accessible = true;
+  static quota_adaptor<host_source> make() {
+    quota_adaptor<host_source> q(host_source{}, std::make_shared<tenant_registry>());
+    q.set_hard_limit(tenant::none(), std::size_t{1} << 40);
+    return q;
+  }
+};
+
+struct tracker_adaptor_fixture {
+  static constexpr const char* name = "tracker_adaptor<host_source>";
+  static constexpr bool host_accessible = true;
+  static tracker_adaptor<host_source> make() { return tracker_adaptor<host_source>(host_source{}, {.event_capacity = 1024}); }
+};
+
+struct retry_adaptor_fixture {
+  static constexpr const char* name = "retry_adaptor<host_source>";
+  static constexpr bool host_accessible = true;
+  static retry_adaptor<host_source> make() {
+    retry_adaptor<host_source> r(host_source{}, {.max_retries = 2});
+    r.add_reclaim([](std::size_t, stream_ref) -> std::size_t { return 0; });
+    return r;
+  }
+};
+
+struct logging_adaptor_fixture {
+  static constexpr const char* name = "logging_adaptor<host_source>";
+  static constexpr bool host_accessible = true;
+  static logging_adaptor<host_source> make() {
+    struct null_buffer : std::streambuf {
+      int overflow(int c) override { return c; }
+    };
+    static null_buffer buffer;
+    static std::ostream sink(&buffer);
+    return logging_adaptor<host_source>(host_source{}, sink);
+  }
+};
+
 /// Every host-side resource: the conformance suite runs on each.
 using host_fixtures = std::tuple<host_source_fixture, simulated_device_fixture, simulated_contiguous_fixture,
                                  stream_pool_host_fixture, stream_pool_contiguous_fixture,
-                                 activation_arena_fixture, budget_slab_fixture>;
+                                 activation_arena_fixture, budget_slab_fixture, statistics_adaptor_fixture,
+                                 quota_adaptor_fixture, tracker_adaptor_fixture, retry_adaptor_fixture,
+                                 logging_adaptor_fixture>;
 
 }  // namespace vram::test

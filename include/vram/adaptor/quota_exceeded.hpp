@@ -24,7 +24,7 @@ class quota_exceeded : public out_of_memory {
         limit_(limit),
         usage_(usage) {
     std::snprintf(message_, sizeof message_,
-                  "vram: quota exceeded in %s: tenant '%s' (id %u) uses %zu of its %zu byte limit; %zu bytes "
+                  "vram: out of memory (quota exceeded) in %s: tenant '%s' (id %u) uses %zu of its %zu byte limit; %zu bytes "
                   "requested by tenant id %u",
                   resource, tenant_name, limited.id, usage, limit, bytes, requester.id);
   }
