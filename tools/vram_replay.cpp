@@ -36,7 +36,7 @@ const char* usage =
     "host ns per operation. Without TRACE it replays built-in workloads.\n"
     "\n"
     "options:\n"
-    "  --allocators A,B,...  allocators to compare (default: all; see --list)\n"
+    "  --allocators A,B,...  allocators to compare (default: all but slab; see --list)\n"
     "  --capacity BYTES      device capacity, e.g. 80G, 24GiB, 512M (default 80G)\n"
     "  --device sim|cuda     simulated device (default) or the real GPU\n"
     "  --json FILE           write the figures as JSON\n"
@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
     return 3;
 #endif
   } else {
-    available = default_allocators();
+    available = all_allocators();
   }
   if (list) {
     for (const auto& c : available) std::cout << c.name << "\t" << c.description << "\n";
@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
   }
   std::vector<allocator_config> configs;
   try {
-    if (wanted.empty()) configs = available;
+    if (wanted.empty()) configs = device == "cuda" ? available : default_allocators();
     for (const auto& w : wanted) configs.push_back(find_allocator(available, w));
   } catch (const std::exception& e) {
     std::cerr << "vram-replay: " << e.what() << "\n";

@@ -40,6 +40,12 @@
 #include <vram/adaptor/statistics_adaptor.hpp>
 #include <vram/adaptor/tracker_adaptor.hpp>
 
-// trace/
+// trace/ (read_trace.hpp uses zlib where <zlib.h> exists: link ZLIB::ZLIB to read .json.gz)
+#include <vram/trace/allocators.hpp>
+#include <vram/trace/read_trace.hpp>
+#include <vram/trace/replay.hpp>
+#include <vram/trace/report.hpp>
+#include <vram/trace/trace.hpp>
+#include <vram/trace/workloads.hpp>
 
 // interop/

@@ -143,6 +143,10 @@ TEST_CASE("capacity below peak live: every configuration reports OOMs, none cras
     CHECK(r.ooms > 0);
     CHECK(r.peak_reserved_bytes <= o.capacity);
   }
+  auto slab = vram::trace::slab_config().run(t, o);  // spills instead of failing
+  CHECK(slab.ooms == 0);
+  CHECK(slab.peak_spilled_bytes > 0);
+  CHECK(slab.peak_live_bytes == t.peak_live_bytes());
 }
 
 TEST_CASE("JSON and HTML reports parse") {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <vram/alloc/activation_arena.hpp>
+#include <vram/alloc/budget_slab.hpp>
 #include <vram/alloc/stream_pool.hpp>
 #include <vram/core/host_stream.hpp>
 #include <vram/source/simulated_device_source.hpp>
@@ -92,6 +93,22 @@ inline allocator_config arena_config() {
           }};
 }
 
+/// budget_slab with the whole capacity as its fixed device budget, spilling to a second
+/// simulated device standing in for pinned host memory. Its reserved bytes are the budget
+/// from the start, so it is not in the default list: use it with a --capacity below the
+/// trace's peak to see spills (peak_spilled_bytes) where the others report OOMs.
+inline allocator_config slab_config() {
+  return {"slab", "budget_slab: the capacity as a fixed device budget, spilling to (simulated) host memory",
+          [](const trace& t, const replay_options& o) {
+            using slab = budget_slab<simulated_device_source, simulated_device_source>;
+            return detail_configs::run_with("slab", t, o, [&] {
+              return std::make_unique<slab>(detail_configs::device(o.capacity, false),
+                                            detail_configs::device(std::size_t{1} << 40, false),
+                                            budget_slab_options{.device_budget = o.capacity});
+            });
+          }};
+}
+
 /// Every allocation straight to the device (cudaMalloc / cudaFree each time): the baseline.
 inline allocator_config upstream_config() {
   return {"upstream", "no pool: every allocation a cudaMalloc-like call on the simulated device (2 MiB pages)",
@@ -107,6 +124,13 @@ inline allocator_config upstream_config() {
 /// The default comparison, in report order.
 inline std::vector<allocator_config> default_allocators() {
   return {pool_contiguous_config(), pool_segments_config(), arena_config(), upstream_config()};
+}
+
+/// Every configuration (the defaults, then those that only make sense on request).
+inline std::vector<allocator_config> all_allocators() {
+  auto all = default_allocators();
+  all.push_back(slab_config());
+  return all;
 }
 
 /// The configuration called `name` among `all`; throws std::invalid_argument listing the names.

@@ -51,6 +51,7 @@ struct replay_result {
   std::uint64_t peak_reserved_bytes = 0;  ///< bytes the allocator held from the device, at its peak
   std::uint64_t reserved_at_peak_live = 0;
   std::size_t upstream_allocations = 0, upstream_deallocations = 0;
+  std::uint64_t peak_spilled_bytes = 0;  ///< budget_slab: peak bytes served from the spill side
   double ns_per_op_p50 = 0, ns_per_op_p99 = 0, ns_per_op_mean = 0;
   std::optional<std::uint64_t> recorded_reserved_bytes;  ///< the recording allocator's peak, if known
   std::vector<series_point> series;
@@ -151,6 +152,7 @@ replay_result replay(const trace& t, R& r, StatsOf&& stats_of, const std::vector
   out.peak_reserved_bytes = std::max<std::uint64_t>(out.peak_reserved_bytes, end.peak_reserved_bytes);
   out.upstream_allocations = end.upstream_allocations;
   out.upstream_deallocations = end.upstream_deallocations;
+  out.peak_spilled_bytes = end.peak_spilled_bytes;
   // Free what is left, so `r` (and its device) end empty.
   for (std::size_t i = 0; i < t.events.size(); ++i)
     if (t.events[i].kind == event::op::alloc && ptr[slot[i]] != nullptr) {

@@ -64,7 +64,8 @@ inline void write_json(std::ostream& out, const std::vector<replay_result>& resu
         << ", \"reserved_at_peak_live_bytes\": " << r.reserved_at_peak_live
         << ", \"reserved_per_live\": " << r.reserved_per_live() << ", \"ooms\": " << r.ooms
         << ", \"upstream_allocations\": " << r.upstream_allocations
-        << ", \"upstream_deallocations\": " << r.upstream_deallocations << ", \"ns_per_op_p50\": " << r.ns_per_op_p50
+        << ", \"upstream_deallocations\": " << r.upstream_deallocations
+        << ", \"peak_spilled_bytes\": " << r.peak_spilled_bytes << ", \"ns_per_op_p50\": " << r.ns_per_op_p50
         << ", \"ns_per_op_p99\": " << r.ns_per_op_p99 << ", \"ns_per_op_mean\": " << r.ns_per_op_mean
         << ", \"recorded_reserved_bytes\": ";
     if (r.recorded_reserved_bytes) out << *r.recorded_reserved_bytes;
