@@ -165,7 +165,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
             l->live.insert(b->addr, b);  // may throw bad_alloc: nothing changed yet
             bin.pop_back();
             l->cached_bytes -= size;
-            take_live(b, block_state::lane_live, bytes);
+            take_live(b, bytes);
             ++l->allocations;
           }
         }
@@ -181,7 +181,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
               heap_free(b, 0);
               throw;
             }
-            take_live(b, block_state::lane_live, bytes);
+            b->state = block_state::lane;
+            take_live(b, bytes);
             ++l->allocations;
           }
           if (wait_on) wait_on->make_wait(s);
@@ -201,7 +202,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
         heap_free(b, 0);
         throw;
       }
-      take_live(b, block_state::live, bytes);
+      b->state = block_state::live;
+      take_live(b, bytes);
       ++heap_allocations_;
     }
     if (wait_on) wait_on->make_wait(s);
@@ -229,7 +231,6 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
             l->live.erase(addr);
             if (l->stream.stale(s)) l->stream.refresh(s);
             give_live(b);
-            b->state = block_state::cached;
             bin.push_back(b);  // capacity reserved at lane creation: cannot throw
             l->cached_bytes += b->size;
             ++l->deallocations;
@@ -289,7 +290,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     if (st.live_bytes + st.free_bytes != st.reserved_bytes) fail("live + free != reserved");
     if (st.peak_live_bytes < st.live_bytes || st.peak_reserved_bytes < st.reserved_bytes) fail("peak below current");
 #if VRAM_DEBUG
-    std::size_t reserved = 0, free_bytes = 0, free_count = 0, live_bytes = 0, live_count = 0, cached = 0;
+    std::size_t reserved = 0, free_bytes = 0, free_count = 0, live_bytes = 0, live_count = 0, lane_blocks = 0;
     std::map<std::uintptr_t, std::size_t> free_per_stream;
     for (auto& [addr, c] : chunks_) {
       if (addr != c->addr || c->first == nullptr || c->first->prev != nullptr) fail("chunk head");
@@ -315,35 +316,32 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
             live_bytes += b->size;
             if (const_cast<live_map&>(heap_live_).find(b->addr) == nullptr) fail("live block not in the live map");
             break;
-          case block_state::lane_live:
-            ++live_count;
-            live_bytes += b->size;
-            break;
-          case block_state::cached: ++cached; break;
+          case block_state::lane: ++lane_blocks; break;
         }
       }
       if (last != c->last || at != c->addr + c->size) fail("chunk tail");
     }
     if (reserved != reserved_) fail("chunk sizes != reserved");
     if (free_count != free_.size() || free_bytes != free_bytes_) fail("free index disagrees with the blocks");
-    if (live_bytes != st.live_bytes) fail("live bytes disagree with the blocks");
     std::size_t lane_live = 0, lane_cached = 0;
     for_each_lane([&](lane& l) {
       lane_live += l.live.size();
       l.live.for_each([&](std::uintptr_t a, block* b) {
-        if (b->addr != a || b->state != block_state::lane_live) fail("lane live map");
+        if (b->addr != a || b->state != block_state::lane) fail("lane live map");
+        live_bytes += b->size;
       });
       std::size_t bytes = 0;
       for (std::size_t i = 0; i < classes::count; ++i)
         for (block* b : l.bins[i]) {
-          if (b->state != block_state::cached || b->size != classes::size(i)) fail("bin holds a wrong block");
+          if (b->state != block_state::lane || b->size != classes::size(i)) fail("bin holds a wrong block");
           bytes += b->size;
           ++lane_cached;
         }
       if (bytes != l.cached_bytes) fail("lane cached bytes");
     });
-    if (lane_live + heap_live_.size() != live_count) fail("live maps disagree with the blocks");
-    if (lane_cached != cached) fail("bins disagree with the blocks");
+    if (live_bytes != st.live_bytes) fail("live bytes disagree with the blocks");
+    if (heap_live_.size() != live_count) fail("heap live map disagrees with the blocks");
+    if (lane_live + lane_cached != lane_blocks) fail("lanes disagree with the blocks");
     for (auto& [key, info] : streams_)
       if (info.free_blocks != free_per_stream[key]) fail("per-stream free counts");
 #endif
@@ -356,7 +354,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   friend bool operator==(const stream_pool& a, const stream_pool& b) noexcept { return &a == &b; }
 
  private:
-  enum class block_state : std::uint8_t { free, cached, live, lane_live };
+  // A lane-owned block (in a bin or in a lane's live map) is `lane` either way: the heap reads
+  // neighbours' states under its own mutex, so lanes never write the state on their path.
+  enum class block_state : std::uint8_t { free, live, lane };
   struct chunk;
 
   /// A block of a chunk, host-side. Within a chunk, blocks are linked in address order and
@@ -479,8 +479,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   // ---- accounting ---------------------------------------------------------------------
 
-  void take_live(block* b, block_state st, std::size_t requested) noexcept {
-    b->state = st;
+  void take_live(block* b, std::size_t requested) noexcept {
     b->requested = requested;
     raise(live_bytes_, peak_live_bytes_, b->size);
     raise(requested_bytes_, peak_requested_bytes_, requested);
@@ -926,14 +925,15 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     observer_.on_deallocate(p, bytes, s);
   }
 
-  /// True when addr starts a free or cached block (a second free of a block).
+  /// True when addr starts a free block or one cached in a bin (a second free of a block);
+  /// pre: addr is in no live map.
   bool free_block_at(std::uintptr_t addr) const noexcept {
     auto it = chunks_.upper_bound(addr);
     if (it == chunks_.begin()) return false;
     const chunk* c = std::prev(it)->second;
     if (addr >= c->addr + c->size) return false;
     for (const block* b = c->first; b != nullptr && b->addr <= addr; b = b->next)
-      if (b->addr == addr) return b->state == block_state::free || b->state == block_state::cached;
+      if (b->addr == addr) return b->state != block_state::live;  // lane: not in a live map, so in a bin
     return false;
   }
 
