@@ -23,6 +23,7 @@
 #include <cuda_runtime_api.h>
 
 #include <vram/source/cuda_device_source.hpp>
+#include <vram/source/cuda_vmm_source.hpp>
 #endif
 
 namespace {
@@ -100,7 +101,15 @@ struct counted_cuda {
 
 std::vector<vram::trace::allocator_config> cuda_allocators() {
   using namespace vram::trace;
-  return {{"cuda-pool", "stream_pool on cudaMalloc (cuda_device_source), 20 MiB growth",
+  return {{"cuda-pool-vmm", "stream_pool on cuda_vmm_source (virtual memory, grows in place)",
+           [](const trace& t, const replay_options& o) {
+             auto pool = std::make_unique<vram::stream_pool<vram::cuda_vmm_source>>(vram::cuda_vmm_source{},
+                                                                                     vram::stream_pool_options{});
+             auto r = replay(t, *pool, [&] { return pool->stats(); }, {}, o);
+             r.allocator = "cuda-pool-vmm";
+             return r;
+           }},
+          {"cuda-pool", "stream_pool on cudaMalloc (cuda_device_source), 20 MiB growth",
            [](const trace& t, const replay_options& o) {
              auto pool = std::make_unique<vram::stream_pool<vram::cuda_device_source>>(
                  vram::cuda_device_source{}, vram::stream_pool_options{.growth_step = std::size_t{20} << 20});

@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#if __has_include(<zlib.h>)
+#if __has_include(<zlib.h>) && !defined(VRAM_NO_ZLIB)
 #include <zlib.h>
 #define VRAM_TRACE_HAS_ZLIB 1
 #else
