@@ -266,3 +266,32 @@ print("python round trip ok")
   for (auto [p, n] : live) tr.deallocate_sync(p, n);
   CHECK(up.counters().live_allocations() == 0);
 }
+
+#include <vram/trace/read_trace.hpp>
+
+TEST_CASE("tracker_adaptor: our snapshot and CSV are read back by vram's trace readers", "[adaptor][tracker][export]") {
+  upstream_t up;
+  vram::tracker_adaptor<upstream_t> tr(up);
+  vram::host_stream stream;
+  std::vector<std::pair<void*, std::size_t>> live;
+  for (std::size_t i = 1; i <= 20; ++i) live.emplace_back(tr.allocate(i % 2 ? vram::stream_ref{} : vram::stream_ref(stream), i * 4096), i * 4096);
+  for (std::size_t i = 0; i < 20; i += 3) tr.deallocate_sync(live[i].first, live[i].second);
+  stream.synchronize();
+
+  std::ostringstream pickle, csv;
+  tr.write_memory_snapshot(pickle);
+  tr.write_csv(csv);
+  auto from_pickle = vram::trace::read_pytorch_snapshot(pickle.str(), "tracker.pickle");
+  auto from_csv = vram::trace::read_rmm_csv(csv.str(), "tracker.csv");
+  for (const auto* t : {&from_pickle, &from_csv}) {
+    INFO(t->format);
+    for (auto& w : t->warning_examples) WARN(w);
+    CHECK(t->allocs() == 20);
+    CHECK(t->frees() == 7);
+    CHECK(t->warnings == 0);
+    CHECK(t->streams == 2);
+  }
+  for (std::size_t i = 0; i < 20; ++i)
+    if (i % 3 != 0) tr.deallocate_sync(live[i].first, live[i].second);
+  CHECK(up.counters().live_allocations() == 0);
+}
