@@ -445,3 +445,61 @@ TEST_CASE("stream_pool: several threads at once", "[stream_pool][threads]") {
   CHECK(pool.stats().live_bytes == 0);
   CHECK(hpool.stats().live_bytes == 0);
 }
+
+namespace {
+
+struct counting_observer {
+  struct counts {
+    std::atomic<int> allocations{0}, deallocations{0}, grows{0}, releases{0}, ooms{0};
+    std::atomic<std::size_t> grown_bytes{0}, released_bytes{0};
+  };
+  std::shared_ptr<counts> c = std::make_shared<counts>();
+  void on_allocate(const void*, std::size_t, vram::stream_ref) noexcept { ++c->allocations; }
+  void on_deallocate(const void*, std::size_t, vram::stream_ref) noexcept { ++c->deallocations; }
+  void on_grow(const void*, std::size_t n) noexcept {
+    ++c->grows;
+    c->grown_bytes += n;
+  }
+  void on_release(const void*, std::size_t n) noexcept {
+    ++c->releases;
+    c->released_bytes += n;
+  }
+  void on_out_of_memory(std::size_t, vram::stream_ref, const vram::stats& st) noexcept {
+    ++c->ooms;
+    CHECK(st.ooms >= 1);
+  }
+};
+static_assert(vram::observer<counting_observer>);
+
+}  // namespace
+
+TEST_CASE("stream_pool: the observer sees every event and stats keep exact peaks", "[stream_pool]") {
+  counting_observer obs;
+  auto counts = obs.c;
+  {
+    vram::stream_pool<vram::simulated_device_source, counting_observer> pool(
+        separate_device(16 * MiB), {.maximum_size = 8 * MiB, .growth_step = 2 * MiB}, obs);
+    void* a = pool.allocate_sync(3 * MiB);
+    void* b = pool.allocate_sync(1000);
+    void* c = pool.allocate_sync(1 * MiB + 1);
+    auto st = pool.stats();
+    CHECK(st.peak_live_bytes == 3 * MiB + 1024 + 1 * MiB + 256);
+    CHECK(st.requested_bytes == 3 * MiB + 1000 + 1 * MiB + 1);
+    pool.deallocate_sync(a, 3 * MiB);
+    pool.deallocate_sync(c, 1 * MiB + 1);
+    st = pool.stats();
+    CHECK(st.peak_live_bytes == 3 * MiB + 1024 + 1 * MiB + 256);
+    CHECK(st.live_bytes == 1024);
+    CHECK(st.peak_requested_bytes == 3 * MiB + 1000 + 1 * MiB + 1);
+    CHECK(st.peak_reserved_bytes == st.reserved_bytes);
+    CHECK_THROWS_AS(pool.allocate_sync(9 * MiB), vram::out_of_memory);
+    pool.deallocate_sync(b, 1000);
+    pool.release();
+    CHECK(pool.stats().reserved_bytes == 0);
+    CHECK(counts->allocations == 3);
+    CHECK(counts->deallocations == 3);
+    CHECK(counts->ooms == 1);
+    CHECK(counts->grown_bytes == counts->released_bytes);
+    CHECK(counts->grows >= 2);
+  }
+}
