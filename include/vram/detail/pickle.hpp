@@ -145,7 +145,9 @@ inline pickle_document parse_pickle(std::string_view data, const std::string& so
     stack.resize(from);
   };
   auto memo_put = [&](std::uint64_t key) {
-    if (key > max_nodes) fail("memo index out of range");
+    // Picklers number memo entries in order, so a key far beyond the values made so far is
+    // hostile (it would make us allocate a huge memo from a tiny file).
+    if (key > doc.nodes.size() + 1024) fail("memo index out of range");
     if (memo.size() <= key) memo.resize(key + 1, no_memo);
     memo[key] = top();
   };
