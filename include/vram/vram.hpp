@@ -24,6 +24,7 @@
 #include <vram/source/cuda_managed_source.hpp>
 #include <vram/source/cuda_pinned_source.hpp>
 #include <vram/source/cuda_vmm_source.hpp>
+#include <vram/source/faulty_source.hpp>
 #include <vram/source/host_source.hpp>
 #include <vram/source/simulated_device_source.hpp>
 
@@ -38,6 +39,7 @@
 #include <vram/adaptor/quota_exceeded.hpp>
 #include <vram/adaptor/retry_adaptor.hpp>
 #include <vram/adaptor/statistics_adaptor.hpp>
+#include <vram/adaptor/statistics_observer.hpp>
 #include <vram/adaptor/tracker_adaptor.hpp>
 
 // trace/ (read_trace.hpp uses zlib where <zlib.h> exists: link ZLIB::ZLIB to read .json.gz)

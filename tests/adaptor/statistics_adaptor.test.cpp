@@ -133,3 +133,38 @@ TEST_CASE("statistics_adaptor: exact totals from several threads", "[adaptor][st
   CHECK(up.counters().live_allocations() == 0);
   CHECK(r.stats().live_bytes == 0);
 }
+
+#include <vram/adaptor/statistics_observer.hpp>
+#include <vram/alloc/stream_pool.hpp>
+
+TEST_CASE("statistics_observer: counts inside an allocator, per tenant, with reserved bytes",
+          "[adaptor][statistics]") {
+  upstream_t up;
+  vram::statistics_observer obs;
+  auto t = vram::tenant_registry::global()->create("stats.observer");
+  {
+    vram::stream_pool<upstream_t, vram::statistics_observer> pool(
+        up, vram::stream_pool_options{.growth_step = std::size_t{4} << 20}, obs);
+    std::vector<std::pair<void*, std::size_t>> live;
+    {
+      vram::tenant_scope scope(t);
+      for (std::size_t i = 1; i <= 50; ++i) live.emplace_back(pool.allocate_sync(i * 1000), i * 1000);
+    }
+    auto s = obs.stats();
+    CHECK(s.total_allocations == 50);
+    CHECK(s.live_allocations == 50);
+    CHECK(s.live_bytes >= 1275000);  // the pool may report rounded sizes
+    CHECK(obs.stats(t).allocations == 50);
+    CHECK(s.reserved_bytes == up.counters().live_bytes);
+    CHECK(s.upstream_allocations == up.counters().allocations);
+    {
+      vram::tenant_scope scope(t);
+      for (auto [p, n] : live) pool.deallocate_sync(p, n);
+    }
+    CHECK(obs.stats().live_bytes == 0);
+    CHECK(obs.stats(t).live_bytes == 0);
+    CHECK(obs.stats().peak_live_bytes >= 1275000);
+  }
+  CHECK(obs.stats().reserved_bytes == 0);  // the pool gave everything back, and said so
+  CHECK(up.counters().live_allocations() == 0);
+}

@@ -127,7 +127,7 @@ class quota_adaptor : public forward_properties<quota_adaptor<Upstream, Observer
 
   void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
     if (p == nullptr) return;
-    auto r = state_->pointers.take_if(p, [bytes](const record& r) { return r.bytes == bytes; });
+    auto r = state_->pointers.take_if(p, [bytes](const record& rec) { return rec.bytes == bytes; });
     if (!r) {
       report_misuse({misuse::foreign_pointer, name(), p, bytes, 0});
       return;
