@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <memory_resource>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -591,7 +592,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   }
 
   /// Best fit on `key` for `need` bytes, or end.
-  typename std::set<free_key>::const_iterator fit(std::uintptr_t key, std::size_t need) const {
+  typename std::pmr::set<free_key>::const_iterator fit(std::uintptr_t key, std::size_t need) const {
     auto it = free_.lower_bound(free_key{key, need, 0, nullptr});
     return it != free_.end() && it->stream == key ? it : free_.end();
   }
@@ -955,7 +956,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   // The heap, guarded by heap_mutex_. Lock order: heap_mutex_, then a lane's lock.
   mutable std::mutex heap_mutex_;
-  std::set<free_key> free_;                      // free blocks; sum of sizes == free_bytes_
+  std::pmr::unsynchronized_pool_resource index_nodes_;  // recycles free_'s nodes (guarded by heap_mutex_)
+  std::pmr::set<free_key> free_{&index_nodes_};  // free blocks; sum of sizes == free_bytes_
   std::map<std::uintptr_t, chunk*> chunks_;      // by address; sum of sizes == reserved_
   live_map heap_live_;                           // live blocks not served by a lane
   std::unordered_map<std::uintptr_t, stream_info> streams_;
