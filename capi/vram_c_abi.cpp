@@ -1,0 +1,644 @@
+// vram's C ABI (include/vram/vram_c.h): the one source file of libvram_c.so.
+//
+// Per device, a stack built from the environment on first use:
+//
+//   tracker_adaptor            who holds what (vram_snapshot)
+//     quota_adaptor            tenant quotas (VRAM_TENANT, VRAM_TENANT_QUOTA, vram_set_tenant_quota)
+//       resource_ref<>         -> the allocator (stream_pool | budget_slab | the source itself)
+//                                   over the source (cuda_device_source | simulated | host)
+//
+// plus, beside the stack, a table of live pointers (size, extra streams) that serves CuPy's
+// size-less free, record_stream, and the memory-fraction cap. No exception crosses the C
+// boundary: every entry point catches, records the message for vram_last_error() and returns
+// NULL / -1.
+
+#define VRAM_C_BUILDING 1
+#include <vram/vram_c.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+#include <vram/adaptor/quota_adaptor.hpp>
+#include <vram/adaptor/quota_exceeded.hpp>
+#include <vram/adaptor/tracker_adaptor.hpp>
+#include <vram/alloc/budget_slab.hpp>
+#include <vram/alloc/stream_pool.hpp>
+#include <vram/core/event.hpp>
+#include <vram/core/resource_ref.hpp>
+#include <vram/core/tenant.hpp>
+#include <vram/source/host_source.hpp>
+#include <vram/source/simulated_device_source.hpp>
+#if VRAM_HAS_CUDA
+#  include <vram/detail/cuda_device_guard.hpp>
+#  include <vram/source/cuda_device_source.hpp>
+#  include <vram/source/cuda_pinned_source.hpp>
+#endif
+
+namespace {
+
+using namespace vram;
+
+constexpr int max_devices = 64;
+
+// ---- errors -----------------------------------------------------------------------------
+
+thread_local std::string last_error;
+
+void fail(const char* what) noexcept {
+  try {
+    last_error = what;
+  } catch (...) {  // no memory for the message either: keep the previous one
+  }
+}
+
+// ---- configuration ------------------------------------------------------------------------
+
+enum class backend_kind { host, simulated, cuda };
+enum class allocator_kind { pool, slab, direct };
+
+struct config {
+  backend_kind backend = backend_kind::host;
+  allocator_kind allocator = allocator_kind::pool;
+  std::size_t pool_initial = 0;
+  std::size_t pool_max = 0;
+  std::size_t pool_step = 0;
+  std::size_t device_budget = 0;  // slab budget; simulated capacity
+  std::string tenant_name;        // empty: the default tenant
+  std::size_t tenant_quota = 0;   // 0: none
+  int device_count = 8;           // host / simulated
+};
+
+const char* env(const char* name) noexcept {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+/// "512", "64K", "40G", "1.5G" (powers of 1024). Throws invalid_argument on anything else.
+std::size_t parse_size(const char* name, const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  double value = std::strtod(text, &end);
+  if (end == text || errno != 0 || value < 0) detail::throw_invalid_argument("vram_c", name);
+  double scale = 1;
+  switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': scale = 1024.0; ++end; break;
+    case 'm': case 'M': scale = 1024.0 * 1024; ++end; break;
+    case 'g': case 'G': scale = 1024.0 * 1024 * 1024; ++end; break;
+    case 't': case 'T': scale = 1024.0 * 1024 * 1024 * 1024; ++end; break;
+    default: detail::throw_invalid_argument("vram_c", name);
+  }
+  if (*end == 'i' || *end == 'I') ++end;  // "GiB"
+  if (*end == 'b' || *end == 'B') ++end;
+  if (*end != '\0') detail::throw_invalid_argument("vram_c", name);
+  double bytes = value * scale;
+  if (bytes > static_cast<double>(max_request_bytes)) detail::throw_invalid_argument("vram_c", name);
+  return static_cast<std::size_t>(bytes);
+}
+
+bool cuda_usable() noexcept {
+#if VRAM_HAS_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return count > 0;
+#else
+  return false;
+#endif
+}
+
+config read_config() {
+  config c;
+  c.backend = cuda_usable() ? backend_kind::cuda : backend_kind::host;
+  if (const char* v = env("VRAM_BACKEND")) {
+    std::string s(v);
+    if (s == "host") c.backend = backend_kind::host;
+    else if (s == "simulated") c.backend = backend_kind::simulated;
+    else if (s == "cuda") {
+      if (!cuda_usable()) detail::throw_invalid_argument("vram_c", "VRAM_BACKEND=cuda but no usable CUDA device");
+      c.backend = backend_kind::cuda;
+    } else detail::throw_invalid_argument("vram_c", "VRAM_BACKEND must be cuda, simulated or host");
+  }
+  if (const char* v = env("VRAM_ALLOCATOR")) {
+    std::string s(v);
+    if (s == "pool") c.allocator = allocator_kind::pool;
+    else if (s == "slab") c.allocator = allocator_kind::slab;
+    else if (s == "direct") c.allocator = allocator_kind::direct;
+    else detail::throw_invalid_argument("vram_c", "VRAM_ALLOCATOR must be pool, slab or direct");
+  }
+  if (const char* v = env("VRAM_POOL_INITIAL")) c.pool_initial = parse_size("bad VRAM_POOL_INITIAL", v);
+  if (const char* v = env("VRAM_POOL_MAX")) c.pool_max = parse_size("bad VRAM_POOL_MAX", v);
+  if (const char* v = env("VRAM_POOL_STEP")) c.pool_step = parse_size("bad VRAM_POOL_STEP", v);
+  if (const char* v = env("VRAM_DEVICE_BUDGET")) c.device_budget = parse_size("bad VRAM_DEVICE_BUDGET", v);
+  if (const char* v = env("VRAM_TENANT")) c.tenant_name = v;
+  if (const char* v = env("VRAM_TENANT_QUOTA")) c.tenant_quota = parse_size("bad VRAM_TENANT_QUOTA", v);
+  if (const char* v = env("VRAM_DEVICE_COUNT")) {
+    c.device_count = static_cast<int>(parse_size("bad VRAM_DEVICE_COUNT", v));
+    if (c.device_count < 1 || c.device_count > max_devices)
+      detail::throw_invalid_argument("vram_c", "VRAM_DEVICE_COUNT must be 1..64");
+  }
+  if (c.allocator == allocator_kind::slab && c.device_budget == 0)
+    detail::throw_invalid_argument("vram_c", "VRAM_ALLOCATOR=slab needs VRAM_DEVICE_BUDGET");
+  return c;
+}
+
+// ---- tenants (names -> ids, shared by all devices) ------------------------------------------
+
+std::mutex tenants_mutex;
+std::map<std::string, tenant, std::less<>> tenants_by_name;
+
+tenant tenant_named(const std::string& name) {
+  if (name.empty() || name == "default") return tenant{};
+  std::lock_guard lock(tenants_mutex);
+  auto it = tenants_by_name.find(name);
+  if (it != tenants_by_name.end()) return it->second;
+  tenant t = tenant_registry::global()->create(name);
+  tenants_by_name.emplace(name, t);
+  return t;
+}
+
+bool find_tenant(const char* name, tenant& out) {
+  if (name == nullptr || *name == '\0' || std::strcmp(name, "default") == 0) {
+    out = tenant{};
+    return true;
+  }
+  std::lock_guard lock(tenants_mutex);
+  auto it = tenants_by_name.find(name);
+  if (it == tenants_by_name.end()) return false;
+  out = it->second;
+  return true;
+}
+
+// The thread's tenant from vram_set_tenant; unset: the configured VRAM_TENANT.
+thread_local bool thread_tenant_set = false;
+thread_local tenant thread_tenant{};
+
+// ---- one device -----------------------------------------------------------------------------
+
+/// The allocator at the bottom of the stack, owned through a type-erased handle, with the
+/// capabilities the ABI needs captured at creation.
+struct core {
+  std::shared_ptr<void> owner;
+  resource_ref<> ref;
+  std::function<std::size_t()> release;
+  std::function<vram::stats()> stats;
+};
+
+template <class R, class... Args>
+core make_core(Args&&... args) {
+  auto r = std::make_shared<R>(std::forward<Args>(args)...);
+  R* p = r.get();
+  core c{r, resource_ref<>(*p), {}, {}};
+  if constexpr (has_release<R>) c.release = [p] { return p->release(); };
+  else c.release = [] { return std::size_t{0}; };
+  if constexpr (has_stats<R>) c.stats = [p] { return p->stats(); };
+  else c.stats = [] { return vram::stats{}; };
+  return c;
+}
+
+template <class Source, class Spill>
+core make_allocator(const config& cfg, Source source, Spill spill) {
+  switch (cfg.allocator) {
+    case allocator_kind::pool:
+      return make_core<stream_pool<Source>>(
+          std::move(source), stream_pool_options{.initial_size = cfg.pool_initial,
+                                                 .maximum_size = cfg.pool_max,
+                                                 .growth_step = cfg.pool_step});
+    case allocator_kind::slab:
+      return make_core<budget_slab<Source, Spill>>(std::move(source), std::move(spill),
+                                                   budget_slab_options{.device_budget = cfg.device_budget});
+    case allocator_kind::direct: return make_core<Source>(std::move(source));
+  }
+  detail::throw_invalid_argument("vram_c", "unknown allocator");
+}
+
+std::size_t host_memory_bytes() noexcept {
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : 0;
+}
+
+using stack = tracker_adaptor<quota_adaptor<resource_ref<>>>;
+
+struct live_entry {
+  std::size_t size;
+  std::vector<vram_stream_t> streams;  // record_stream: extra streams to wait for at free
+};
+
+struct device_state {
+  device_state(int id, const config& c, core k, std::size_t cap)
+      : device(id), cfg(c), base(std::move(k)), capacity(cap),
+        top(quota_adaptor<resource_ref<>>(base.ref), tracker_options{.device = id}) {
+    if (!cfg.tenant_name.empty() || cfg.tenant_quota != 0) {
+      configured_tenant = tenant_named(cfg.tenant_name);
+      if (cfg.tenant_quota != 0) top.upstream().set_hard_limit(configured_tenant, cfg.tenant_quota);
+    }
+  }
+
+  int device;
+  config cfg;
+  core base;
+  std::size_t capacity;  // bytes of the device (for the memory fraction)
+  stack top;
+  tenant configured_tenant{};
+
+  std::atomic<std::size_t> limit{0};    // memory-fraction cap on charged bytes; 0: none
+  std::atomic<std::size_t> charged{0};  // bytes of live allocations (as requested)
+  std::atomic<std::size_t> ooms{0};
+  std::atomic<std::size_t> misuses{0};
+
+  void report(misuse kind, void* p, std::size_t bytes, std::size_t expected) noexcept {
+    misuses.fetch_add(1, std::memory_order_relaxed);
+    report_misuse({kind, "vram_c", p, bytes, expected});
+  }
+
+  std::mutex live_mutex;
+  std::unordered_map<void*, live_entry> live;
+
+  [[nodiscard]] stream_ref stream_of(vram_stream_t s) const noexcept {
+    if (cfg.backend != backend_kind::cuda) return stream_ref{};  // host backends ignore streams
+    return s != nullptr ? stream_ref(s) : stream_ref::cuda_default();
+  }
+
+  [[nodiscard]] const char* describe() const noexcept {
+    static constexpr const char* names[3][3] = {{"host/pool", "host/slab", "host/direct"},
+                                                {"simulated/pool", "simulated/slab", "simulated/direct"},
+                                                {"cuda/pool", "cuda/slab", "cuda/direct"}};
+    return names[static_cast<int>(cfg.backend)][static_cast<int>(cfg.allocator)];
+  }
+
+  bool charge(std::size_t bytes) noexcept {
+    std::size_t cap = limit.load(std::memory_order_relaxed);
+    std::size_t now = charged.load(std::memory_order_relaxed);
+    do {
+      if (cap != 0 && (now > cap || bytes > cap - now)) return false;
+    } while (!charged.compare_exchange_weak(now, now + bytes, std::memory_order_relaxed));
+    return true;
+  }
+};
+
+std::mutex init_mutex;
+std::array<std::atomic<device_state*>, max_devices> devices{};
+
+device_state* create_device(int device) {
+  config cfg = read_config();
+#if VRAM_HAS_CUDA
+  if (cfg.backend == backend_kind::cuda) {
+    int count = 0;
+    detail::check_cuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+    if (device >= count) detail::throw_invalid_argument("vram_c", "device id beyond the CUDA device count");
+    detail::cuda_device_guard guard(device);
+    std::size_t free_bytes = 0, total = 0;
+    detail::check_cuda(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
+    core k = make_allocator(cfg, cuda_device_source(device), cuda_pinned_source{});
+    return new device_state(device, cfg, std::move(k), total);
+  }
+#endif
+  if (device >= cfg.device_count) detail::throw_invalid_argument("vram_c", "device id beyond VRAM_DEVICE_COUNT");
+  if (cfg.backend == backend_kind::simulated) {
+    std::size_t capacity = cfg.device_budget != 0 && cfg.allocator != allocator_kind::slab
+                               ? cfg.device_budget
+                               : std::size_t{80} << 30;
+    simulated_device_source src(simulated_device_options{.capacity = capacity});
+    core k = make_allocator(cfg, src, host_source{});
+    return new device_state(device, cfg, std::move(k), capacity);
+  }
+  std::size_t capacity = cfg.device_budget != 0 ? cfg.device_budget : host_memory_bytes();
+  core k = make_allocator(cfg, host_source{}, host_source{});
+  return new device_state(device, cfg, std::move(k), capacity);
+}
+
+/// The device's state, created on first use. Throws (caught by the entry points).
+device_state& state_of(int device) {
+  if (device < 0 || device >= max_devices) detail::throw_invalid_argument("vram_c", "device id out of range");
+  device_state* s = devices[static_cast<std::size_t>(device)].load(std::memory_order_acquire);
+  if (s != nullptr) [[likely]] return *s;
+  std::lock_guard lock(init_mutex);
+  s = devices[static_cast<std::size_t>(device)].load(std::memory_order_relaxed);
+  if (s == nullptr) {
+    s = create_device(device);
+    devices[static_cast<std::size_t>(device)].store(s, std::memory_order_release);
+  }
+  return *s;
+}
+
+device_state* existing(int device) noexcept {
+  if (device < 0 || device >= max_devices) return nullptr;
+  return devices[static_cast<std::size_t>(device)].load(std::memory_order_acquire);
+}
+
+/// Runs `f` with the device current (cuda backend), so growth lands on the right device.
+template <class F>
+auto on_device(device_state& d, F&& f) {
+#if VRAM_HAS_CUDA
+  if (d.cfg.backend == backend_kind::cuda) {
+    detail::cuda_device_guard guard(d.device);
+    return f();
+  }
+#endif
+  return f();
+}
+
+void* allocate(int device, std::size_t size, vram_stream_t stream) noexcept {
+  if (size == 0) return nullptr;
+  device_state* dp = nullptr;
+  try {
+    dp = &state_of(device);
+  } catch (const std::exception& e) {
+    fail(e.what());
+    return nullptr;
+  } catch (...) {
+    fail("vram: unknown error");
+    return nullptr;
+  }
+  device_state& d = *dp;
+  if (!d.charge(size)) {
+    d.ooms.fetch_add(1, std::memory_order_relaxed);
+    fail("vram: over the memory fraction set with vram_set_memory_fraction");
+    return nullptr;
+  }
+  tenant_scope scope(thread_tenant_set ? thread_tenant : d.configured_tenant);
+  stream_ref s = d.stream_of(stream);
+  void* p = nullptr;
+  try {
+    p = on_device(d, [&] {
+      try {
+        return d.top.allocate(s, size, default_alignment);
+      } catch (const quota_exceeded&) {
+        throw;  // releasing caches cannot raise a quota
+      } catch (const std::bad_alloc&) {
+        d.base.release();  // give cached blocks back to the driver and try once more
+        return d.top.allocate(s, size, default_alignment);
+      }
+    });
+    std::lock_guard lock(d.live_mutex);
+    d.live.emplace(p, live_entry{size, {}});
+    return p;
+  } catch (const std::bad_alloc& e) {
+    d.ooms.fetch_add(1, std::memory_order_relaxed);
+    fail(e.what());
+  } catch (const std::exception& e) {
+    fail(e.what());
+  } catch (...) {
+    fail("vram: unknown error");
+  }
+  if (p != nullptr) d.top.deallocate(s, p, size, default_alignment);  // the table insert failed
+  d.charged.fetch_sub(size, std::memory_order_relaxed);
+  return nullptr;
+}
+
+/// Frees `p`; `size` 0 means "look it up" (CuPy). Unknown pointers are reported, not freed.
+void deallocate(int device, void* p, std::size_t size, vram_stream_t stream) noexcept {
+  if (p == nullptr) return;
+  device_state* dp = existing(device);
+  if (dp == nullptr) {
+    report_misuse({misuse::foreign_pointer, "vram_c", p, size, 0});
+    return;
+  }
+  device_state& d = *dp;
+  live_entry entry;
+  {
+    std::lock_guard lock(d.live_mutex);
+    auto it = d.live.find(p);
+    if (it == d.live.end()) {
+      d.report(misuse::foreign_pointer, p, size, 0);
+      return;
+    }
+    if (size != 0 && size != it->second.size) {
+      d.report(misuse::wrong_size, p, size, it->second.size);
+      return;
+    }
+    entry = std::move(it->second);
+    d.live.erase(it);
+  }
+  stream_ref s = d.stream_of(stream);
+  try {
+    on_device(d, [&] {
+      // record_stream: the free is ordered after the work enqueued so far on every stream
+      // that used the block (cudaStreamWaitEvent; the caller is not blocked).
+      for (vram_stream_t other : entry.streams) {
+        stream_ref o = d.stream_of(other);
+        if (o == s) continue;
+        event e;
+        e.record(o);
+        e.make_wait(s);
+      }
+      d.top.deallocate(s, p, entry.size, default_alignment);
+      return 0;
+    });
+  } catch (...) {  // an event call failed: free in device order instead (the device is broken anyway)
+    report_misuse({misuse::upstream_failure, "vram_c", p, entry.size, 0});
+    try {
+      synchronize(s);
+    } catch (...) {
+    }
+    d.top.deallocate(s, p, entry.size, default_alignment);
+  }
+  d.charged.fetch_sub(entry.size, std::memory_order_relaxed);
+}
+
+template <class F>
+int guarded(F&& f) noexcept {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    fail(e.what());
+  } catch (...) {
+    fail("vram: unknown error");
+  }
+  return -1;
+}
+
+std::string device_path(const char* path, int device) {
+  std::string p(path);
+  if (device == 0) return p;
+  std::size_t slash = p.find_last_of('/');
+  std::size_t dot = p.find_last_of('.');
+  std::string suffix = ".dev" + std::to_string(device);
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return p + suffix;
+  return p.substr(0, dot) + suffix + p.substr(dot);
+}
+
+}  // namespace
+
+extern "C" {
+
+VRAM_C_API void* vram_malloc(size_t size, int device, vram_stream_t stream) { return allocate(device, size, stream); }
+
+VRAM_C_API void vram_free(void* ptr, size_t size, int device, vram_stream_t stream) {
+  deallocate(device, ptr, size, stream);
+}
+
+VRAM_C_API int vram_init(int device) {
+  return guarded([&] {
+    (void)state_of(device);
+    return 0;
+  });
+}
+
+VRAM_C_API void vram_empty_cache(void) {
+  for (int i = 0; i < max_devices; ++i) {
+    if (device_state* d = existing(i)) {
+      (void)guarded([&] {
+        on_device(*d, [&] { return d->base.release(); });
+        return 0;
+      });
+    }
+  }
+}
+
+VRAM_C_API int vram_set_memory_fraction(double fraction, int device) {
+  return guarded([&] {
+    if (!(fraction > 0.0 && fraction <= 1.0)) detail::throw_invalid_argument("vram_c", "fraction must be in (0, 1]");
+    device_state& d = state_of(device);
+    if (d.capacity == 0) detail::throw_invalid_argument("vram_c", "device capacity unknown");
+    auto cap = static_cast<std::size_t>(fraction * static_cast<double>(d.capacity));
+    d.limit.store(fraction == 1.0 ? 0 : std::max<std::size_t>(cap, 1), std::memory_order_relaxed);
+    return 0;
+  });
+}
+
+VRAM_C_API void vram_record_stream(void* ptr, vram_stream_t stream) {
+  if (ptr == nullptr) return;
+  for (int i = 0; i < max_devices; ++i) {
+    device_state* d = existing(i);
+    if (d == nullptr) continue;
+    std::lock_guard lock(d->live_mutex);
+    auto it = d->live.find(ptr);
+    if (it == d->live.end()) continue;
+    auto& streams = it->second.streams;
+    try {
+      if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
+    } catch (...) {
+      fail("vram: out of memory in vram_record_stream");
+    }
+    return;
+  }
+  report_misuse({misuse::foreign_pointer, "vram_c", ptr, 0, 0});
+}
+
+VRAM_C_API void* vram_cupy_malloc(void* /*param*/, size_t size, int device) {
+  return allocate(device, size, nullptr);
+}
+
+VRAM_C_API void vram_cupy_free(void* /*param*/, void* ptr, int device) { deallocate(device, ptr, 0, nullptr); }
+
+VRAM_C_API int vram_stats(int device, vram_stats_t* out) {
+  return guarded([&] {
+    if (out == nullptr) detail::throw_invalid_argument("vram_c", "vram_stats: out is NULL");
+    device_state* d = existing(device);
+    if (d == nullptr) detail::throw_invalid_argument("vram_c", "vram_stats: device has no allocator yet");
+    vram::stats s = d->base.stats();
+    vram::stats t = d->top.stats();  // live allocations and counts as the tracker saw them
+    *out = vram_stats_t{};
+    out->live_bytes = s.live_bytes != 0 || s.reserved_bytes != 0 ? s.live_bytes : t.live_bytes;
+    out->peak_live_bytes = std::max(s.peak_live_bytes, out->live_bytes);
+    out->reserved_bytes = s.reserved_bytes;
+    out->peak_reserved_bytes = s.peak_reserved_bytes;
+    out->live_allocations = t.live_allocations;
+    out->total_allocations = std::max(s.total_allocations, t.total_allocations);
+    out->total_deallocations = std::max(s.total_deallocations, t.total_deallocations);
+    out->free_bytes = s.free_bytes;
+    out->largest_free_block = s.largest_free_block;
+    out->upstream_allocations = s.upstream_allocations;
+    out->ooms = d->ooms.load(std::memory_order_relaxed);
+    out->spills = s.spills;
+    out->spilled_bytes = s.spilled_bytes;
+    out->limit_bytes = d->limit.load(std::memory_order_relaxed);
+    out->misuses = d->misuses.load(std::memory_order_relaxed);
+    out->fragmentation = s.fragmentation();
+    return 0;
+  });
+}
+
+VRAM_C_API int vram_snapshot(const char* path) {
+  return guarded([&] {
+    if (path == nullptr || *path == '\0') detail::throw_invalid_argument("vram_c", "vram_snapshot: no path");
+    int written = 0;
+    for (int i = 0; i < max_devices; ++i) {
+      device_state* d = existing(i);
+      if (d == nullptr) continue;
+      if (!d->top.dump(device_path(path, i))) detail::throw_invalid_argument("vram_c", "vram_snapshot: cannot write");
+      ++written;
+    }
+    if (written == 0) detail::throw_invalid_argument("vram_c", "vram_snapshot: no device in use");
+    return 0;
+  });
+}
+
+VRAM_C_API int vram_set_tenant(const char* name) {
+  return guarded([&] {
+    if (name == nullptr) {
+      thread_tenant_set = false;
+      return 0;
+    }
+    thread_tenant = tenant_named(name);
+    thread_tenant_set = true;
+    return 0;
+  });
+}
+
+VRAM_C_API int vram_set_tenant_quota(const char* name, size_t bytes, int device) {
+  return guarded([&] {
+    if (name == nullptr) detail::throw_invalid_argument("vram_c", "vram_set_tenant_quota: no name");
+    tenant t = tenant_named(name);
+    state_of(device).top.upstream().set_hard_limit(t, bytes == 0 ? quota_adaptor<resource_ref<>>::unlimited : bytes);
+    return 0;
+  });
+}
+
+VRAM_C_API size_t vram_tenant_usage(const char* name, int device) {
+  tenant t;
+  device_state* d = existing(device);
+  if (d == nullptr || !find_tenant(name, t)) return 0;
+  try {
+    return d->top.upstream().usage(t);
+  } catch (...) {
+    return 0;
+  }
+}
+
+VRAM_C_API const char* vram_last_error(void) { return last_error.c_str(); }
+
+VRAM_C_API const char* vram_describe(int device) {
+  device_state* d = existing(device);
+  return d != nullptr ? d->describe() : "";
+}
+
+VRAM_C_API void vram_shutdown(void) {
+  std::lock_guard lock(init_mutex);
+  for (auto& slot : devices) {
+    device_state* d = slot.exchange(nullptr, std::memory_order_acq_rel);
+    if (d == nullptr) continue;
+    bool idle = false;
+    {
+      std::lock_guard live_lock(d->live_mutex);
+      idle = d->live.empty();
+    }
+    if (!idle) {  // leaked on purpose: the owners of the live allocations may still use them
+      report_misuse({misuse::live_at_destruction, "vram_c", nullptr, d->charged.load(), 0});
+      continue;
+    }
+    delete d;
+  }
+}
+
+}  // extern "C"

@@ -1,0 +1,309 @@
+// The C ABI (libvram_c), loaded with dlopen as PyTorch and CuPy load it, on the host and
+// simulated backends (no GPU needed).
+#include <catch2/catch.hpp>
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <vram/vram_c.h>
+
+#ifndef VRAM_C_LIBRARY
+#  error "VRAM_C_LIBRARY (the path of libvram_c) is set by capi/CMakeLists.txt"
+#endif
+
+namespace {
+
+// The ABI as function pointers looked up by name, exactly what the frameworks do.
+struct abi {
+  void* handle = nullptr;
+  decltype(&vram_malloc) malloc_ = nullptr;
+  decltype(&vram_free) free_ = nullptr;
+  decltype(&vram_init) init = nullptr;
+  decltype(&vram_empty_cache) empty_cache = nullptr;
+  decltype(&vram_set_memory_fraction) set_memory_fraction = nullptr;
+  decltype(&vram_record_stream) record_stream = nullptr;
+  decltype(&vram_cupy_malloc) cupy_malloc = nullptr;
+  decltype(&vram_cupy_free) cupy_free = nullptr;
+  decltype(&vram_stats) stats = nullptr;
+  decltype(&vram_snapshot) snapshot = nullptr;
+  decltype(&vram_set_tenant) set_tenant = nullptr;
+  decltype(&vram_set_tenant_quota) set_tenant_quota = nullptr;
+  decltype(&vram_tenant_usage) tenant_usage = nullptr;
+  decltype(&vram_last_error) last_error = nullptr;
+  decltype(&vram_describe) describe = nullptr;
+  decltype(&vram_shutdown) shutdown = nullptr;
+
+  template <class F>
+  void bind(F& f, const char* name) {
+    f = reinterpret_cast<F>(dlsym(handle, name));
+    INFO(name);
+    REQUIRE(f != nullptr);
+  }
+
+  abi() {
+    handle = dlopen(VRAM_C_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+    INFO((handle == nullptr ? dlerror() : ""));
+    REQUIRE(handle != nullptr);
+    bind(malloc_, "vram_malloc");
+    bind(free_, "vram_free");
+    bind(init, "vram_init");
+    bind(empty_cache, "vram_empty_cache");
+    bind(set_memory_fraction, "vram_set_memory_fraction");
+    bind(record_stream, "vram_record_stream");
+    bind(cupy_malloc, "vram_cupy_malloc");
+    bind(cupy_free, "vram_cupy_free");
+    bind(stats, "vram_stats");
+    bind(snapshot, "vram_snapshot");
+    bind(set_tenant, "vram_set_tenant");
+    bind(set_tenant_quota, "vram_set_tenant_quota");
+    bind(tenant_usage, "vram_tenant_usage");
+    bind(last_error, "vram_last_error");
+    bind(describe, "vram_describe");
+    bind(shutdown, "vram_shutdown");
+  }
+  ~abi() {
+    shutdown();
+    dlclose(handle);
+  }
+};
+
+abi& lib() {
+  static abi a;
+  return a;
+}
+
+// Sets the environment for the next device creation and tears the old ones down.
+void configure(std::initializer_list<std::pair<const char*, const char*>> vars) {
+  for (const char* name : {"VRAM_BACKEND", "VRAM_ALLOCATOR", "VRAM_POOL_INITIAL", "VRAM_POOL_MAX", "VRAM_POOL_STEP",
+                           "VRAM_DEVICE_BUDGET", "VRAM_TENANT", "VRAM_TENANT_QUOTA", "VRAM_DEVICE_COUNT"})
+    unsetenv(name);
+  for (auto [name, value] : vars) setenv(name, value, 1);
+  lib().shutdown();
+  lib().set_tenant(nullptr);
+}
+
+vram_stats_t stats_of(int device) {
+  vram_stats_t s{};
+  REQUIRE(lib().stats(device, &s) == 0);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("C ABI: PyTorch-style malloc/free on the host backend", "[interop][c_abi]") {
+  configure({{"VRAM_BACKEND", "host"}, {"VRAM_ALLOCATOR", "pool"}, {"VRAM_POOL_STEP", "4M"}});
+  auto& a = lib();
+  REQUIRE(a.init(0) == 0);
+  CHECK(std::string(a.describe(0)) == "host/pool");
+
+  std::vector<void*> blocks;
+  for (int i = 1; i <= 64; ++i) {
+    void* p = a.malloc_(std::size_t(i) * 1000, 0, nullptr);
+    REQUIRE(p != nullptr);
+    CHECK(reinterpret_cast<std::uintptr_t>(p) % 256 == 0);
+    std::memset(p, i, std::size_t(i) * 1000);  // host backend: real, writable memory
+    blocks.push_back(p);
+  }
+  vram_stats_t s = stats_of(0);
+  CHECK(s.live_allocations == 64);
+  CHECK(s.live_bytes >= 64 * 65 / 2 * 1000);
+  CHECK(s.reserved_bytes >= s.live_bytes);
+  for (int i = 1; i <= 64; ++i) {
+    auto* p = static_cast<unsigned char*>(blocks[std::size_t(i - 1)]);
+    CHECK(p[0] == i);
+    CHECK(p[std::size_t(i) * 1000 - 1] == i);
+    a.free_(p, std::size_t(i) * 1000, 0, nullptr);
+  }
+  s = stats_of(0);
+  CHECK(s.live_bytes == 0);
+  CHECK(s.live_allocations == 0);
+  CHECK(s.total_allocations >= 64);
+  CHECK(s.reserved_bytes > 0);  // the pool keeps its cache ...
+  a.empty_cache();
+  CHECK(stats_of(0).reserved_bytes == 0);  // ... until empty_cache
+
+  CHECK(a.malloc_(0, 0, nullptr) == nullptr);  // zero bytes: null, not an error
+  a.free_(nullptr, 0, 0, nullptr);             // no-op
+}
+
+TEST_CASE("C ABI: CuPy-style malloc/free without sizes, several devices", "[interop][c_abi]") {
+  configure({{"VRAM_BACKEND", "host"}, {"VRAM_DEVICE_COUNT", "3"}});
+  auto& a = lib();
+  void* p0 = a.cupy_malloc(nullptr, 5000, 0);
+  void* p2 = a.cupy_malloc(nullptr, 7000, 2);
+  REQUIRE(p0 != nullptr);
+  REQUIRE(p2 != nullptr);
+  CHECK(stats_of(2).live_allocations == 1);
+  CHECK(a.cupy_malloc(nullptr, 10, 3) == nullptr);  // beyond VRAM_DEVICE_COUNT
+  CHECK(std::string(a.last_error()).find("VRAM_DEVICE_COUNT") != std::string::npos);
+
+  // The library has its own error handler (it is a separate binary): misuse shows in stats.
+  a.cupy_free(nullptr, p2, 0);  // wrong device: reported, nothing freed
+  CHECK(stats_of(0).misuses == 1);
+  CHECK(stats_of(2).live_allocations == 1);
+  a.cupy_free(nullptr, p0, 0);
+  a.cupy_free(nullptr, p2, 2);
+  CHECK(stats_of(0).live_bytes == 0);
+  CHECK(stats_of(2).live_bytes == 0);
+}
+
+TEST_CASE("C ABI: misuse is reported and changes nothing", "[interop][c_abi]") {
+  configure({{"VRAM_BACKEND", "host"}});
+  auto& a = lib();
+  void* p = a.malloc_(4096, 0, nullptr);
+  REQUIRE(p != nullptr);
+  a.free_(p, 4000, 0, nullptr);  // wrong size
+  CHECK(stats_of(0).misuses == 1);
+  int local = 0;
+  a.free_(&local, 4, 0, nullptr);  // foreign pointer
+  CHECK(stats_of(0).misuses == 2);
+  CHECK(stats_of(0).live_allocations == 1);
+  a.free_(p, 4096, 0, nullptr);
+  CHECK(stats_of(0).misuses == 2);
+  a.free_(p, 4096, 0, nullptr);  // double free: no longer ours
+  CHECK(stats_of(0).misuses == 3);
+  CHECK(stats_of(0).live_allocations == 0);
+}
+
+TEST_CASE("C ABI: out of memory returns null and says why", "[interop][c_abi]") {
+  configure({{"VRAM_BACKEND", "simulated"}, {"VRAM_DEVICE_BUDGET", "64M"}, {"VRAM_POOL_STEP", "2M"}});
+  auto& a = lib();
+  void* big = a.malloc_(std::size_t{48} << 20, 0, nullptr);
+  REQUIRE(big != nullptr);
+  CHECK(std::string(a.describe(0)) == "simulated/pool");
+  CHECK(a.malloc_(std::size_t{32} << 20, 0, nullptr) == nullptr);
+  CHECK(std::string(a.last_error()).find("out of memory") != std::string::npos);
+  CHECK(stats_of(0).ooms == 1);
+  a.free_(big, std::size_t{48} << 20, 0, nullptr);
+  void* again = a.malloc_(std::size_t{32} << 20, 0, nullptr);  // fits once the first is gone
+  CHECK(again != nullptr);
+  a.free_(again, std::size_t{32} << 20, 0, nullptr);
+}
+
+TEST_CASE("C ABI: memory fraction caps a device", "[interop][c_abi]") {
+  configure({{"VRAM_BACKEND", "simulated"}, {"VRAM_DEVICE_BUDGET", "1G"}});
+  auto& a = lib();
+  CHECK(a.set_memory_fraction(1.5, 0) == -1);
+  CHECK(a.set_memory_fraction(0.25, 0) == 0);  // 256 MiB
+  CHECK(stats_of(0).limit_bytes == std::size_t{256} << 20);
+  void* p = a.malloc_(std::size_t{200} << 20, 0, nullptr);
+  REQUIRE(p != nullptr);
+  CHECK(a.malloc_(std::size_t{100} << 20, 0, nullptr) == nullptr);
+  CHECK(std::string(a.last_error()).find("memory fraction") != std::string::npos);
+  void* q = a.malloc_(std::size_t{50} << 20, 0, nullptr);
+  CHECK(q != nullptr);
+  a.free_(p, std::size_t{200} << 20, 0, nullptr);
+  a.free_(q, std::size_t{50} << 20, 0, nullptr);
+  CHECK(a.set_memory_fraction(1.0, 0) == 0);  // no cap
+  CHECK(stats_of(0).limit_bytes == 0);
+}
+
+TEST_CASE("C ABI: slab allocator spills beyond its device budget", "[interop][c_abi]") {
+  configure({{"VRAM_BACKEND", "host"}, {"VRAM_ALLOCATOR", "slab"}, {"VRAM_DEVICE_BUDGET", "1M"}});
+  auto& a = lib();
+  REQUIRE(a.init(0) == 0);
+  CHECK(std::string(a.describe(0)) == "host/slab");
+  void* p = a.malloc_(std::size_t{768} << 10, 0, nullptr);
+  void* q = a.malloc_(std::size_t{768} << 10, 0, nullptr);  // over the budget: spilled
+  REQUIRE(p != nullptr);
+  REQUIRE(q != nullptr);
+  CHECK(stats_of(0).spills == 1);
+  a.free_(p, std::size_t{768} << 10, 0, nullptr);
+  a.free_(q, std::size_t{768} << 10, 0, nullptr);
+  CHECK(stats_of(0).live_allocations == 0);
+}
+
+TEST_CASE("C ABI: bad configuration fails cleanly", "[interop][c_abi]") {
+  auto& a = lib();
+  configure({{"VRAM_BACKEND", "host"}, {"VRAM_ALLOCATOR", "bogus"}});
+  CHECK(a.init(0) == -1);
+  CHECK(std::string(a.last_error()).find("VRAM_ALLOCATOR") != std::string::npos);
+  CHECK(a.malloc_(100, 0, nullptr) == nullptr);
+  configure({{"VRAM_BACKEND", "host"}, {"VRAM_POOL_MAX", "12 apples"}});
+  CHECK(a.init(0) == -1);
+  CHECK(std::string(a.last_error()).find("VRAM_POOL_MAX") != std::string::npos);
+  configure({{"VRAM_BACKEND", "host"}, {"VRAM_ALLOCATOR", "slab"}});  // slab without a budget
+  CHECK(a.init(0) == -1);
+  configure({{"VRAM_BACKEND", "host"}});
+  CHECK(a.init(-1) == -1);
+  CHECK(a.init(0) == 0);
+  vram_stats_t s;
+  CHECK(a.stats(5, &s) == -1);  // never used
+  CHECK(a.stats(0, nullptr) == -1);
+}
+
+TEST_CASE("C ABI: tenant quotas and a snapshot of who holds memory", "[interop][c_abi]") {
+  configure({{"VRAM_BACKEND", "host"}, {"VRAM_TENANT", "trainer"}, {"VRAM_TENANT_QUOTA", "1M"}});
+  auto& a = lib();
+  void* p = a.malloc_(std::size_t{600} << 10, 0, nullptr);  // charged to "trainer"
+  REQUIRE(p != nullptr);
+  CHECK(a.tenant_usage("trainer", 0) >= std::size_t{600} << 10);
+  CHECK(a.malloc_(std::size_t{600} << 10, 0, nullptr) == nullptr);  // over trainer's 1 MiB
+  CHECK(std::string(a.last_error()).find("trainer") != std::string::npos);
+
+  REQUIRE(a.set_tenant("eval") == 0);  // this thread now allocates for "eval"
+  REQUIRE(a.set_tenant_quota("eval", std::size_t{64} << 10, 0) == 0);
+  void* q = a.malloc_(std::size_t{32} << 10, 0, nullptr);
+  REQUIRE(q != nullptr);
+  CHECK(a.tenant_usage("eval", 0) >= std::size_t{32} << 10);
+  CHECK(a.malloc_(std::size_t{64} << 10, 0, nullptr) == nullptr);
+  std::thread([&] {  // other threads still use the configured tenant
+    void* r = a.malloc_(std::size_t{100} << 10, 0, nullptr);
+    CHECK(r != nullptr);
+    a.free_(r, std::size_t{100} << 10, 0, nullptr);
+  }).join();
+
+  std::string path = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/vram_c_abi_test.json";
+  REQUIRE(a.snapshot(path.c_str()) == 0);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  CHECK(text.str().find("trainer") != std::string::npos);
+  CHECK(text.str().find("eval") != std::string::npos);
+  std::remove(path.c_str());
+
+  a.free_(p, std::size_t{600} << 10, 0, nullptr);
+  a.free_(q, std::size_t{32} << 10, 0, nullptr);
+  CHECK(a.tenant_usage("trainer", 0) == 0);
+  CHECK(a.tenant_usage("eval", 0) == 0);
+  CHECK(a.set_tenant(nullptr) == 0);
+}
+
+TEST_CASE("C ABI: many threads allocate and free concurrently", "[interop][c_abi]") {
+  configure({{"VRAM_BACKEND", "host"}});
+  auto& a = lib();
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::pair<void*, std::size_t>> mine;
+      for (int i = 0; i < 2000; ++i) {
+        std::size_t n = 256 + std::size_t((i * 7919 + t * 104729) % 50000);
+        void* p = a.malloc_(n, 0, nullptr);
+        if (p == nullptr) {
+          ++bad;
+          continue;
+        }
+        static_cast<char*>(p)[0] = static_cast<char>(t);
+        mine.emplace_back(p, n);
+        if (i % 3 == 0) {
+          auto [q, m] = mine.back();
+          if (static_cast<char*>(q)[0] != static_cast<char>(t)) ++bad;
+          a.free_(q, m, 0, nullptr);
+          mine.pop_back();
+        }
+      }
+      for (auto [q, m] : mine) a.cupy_free(nullptr, q, 0);
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(bad == 0);
+  CHECK(stats_of(0).live_allocations == 0);
+}
