@@ -1,0 +1,182 @@
+#pragma once
+// vram::faulty_source<Upstream>: fault injection for tests — an adaptor that makes chosen
+// upstream allocations fail with vram::out_of_memory, so code built on vram (ours and
+// users') can be proven to survive every failure point of a workload.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include <vram/core/alignment.hpp>
+#include <vram/core/concepts.hpp>
+#include <vram/core/properties.hpp>
+#include <vram/detail/throw.hpp>
+#include <vram/source/host_source.hpp>  // for the static_assert below
+
+namespace vram {
+
+/// When a faulty_source fails. The modes combine: a call fails when any of them says so.
+struct fault_plan {
+  /// Fail the Nth allocation call (1-based, counted since the plan was set); 0: never.
+  std::size_t fail_call = 0;
+  /// With fail_call: fail every call from the Nth on (the upstream "stays full"), not only the Nth.
+  bool sticky = false;
+  /// Fail each allocation call with this probability, drawn from `seed` (deterministic).
+  double probability = 0.0;
+  std::uint64_t seed = 1;
+  /// Fail any call that would take the bytes live through this source above this budget.
+  std::size_t byte_budget = ~std::size_t{0};
+};
+
+/// Wraps any resource and injects allocation failures following a fault_plan.
+///
+/// Purpose: a test utility (public, so users can test their own code with it). Put it under
+/// the allocator being tested — `stream_pool<faulty_source<recording_resource<host_source>>>`
+/// — and place a fault at every upstream call of a workload.
+/// Failures: an injected failure throws vram::out_of_memory naming "faulty_source", before the
+/// upstream is touched; zero-byte requests and invalid arguments are never counted as calls
+/// (they are forwarded as they are, so the upstream decides). Deallocation never fails.
+/// Counting: allocations() counts every non-zero allocation call (failed ones included),
+/// failures() the injected failures, live_bytes() the bytes live through this source.
+/// Thread safety: all members may be called concurrently (one small mutex per call; the
+/// plan, the counters and the random state are shared by copies).
+/// Streams, alignment, properties: those of the upstream, which is held by value and owned;
+/// contiguous() / granularity() are forwarded when the upstream has them (pools grow in place).
+/// Complexity: O(1) plus the upstream's.
+template <class Upstream>
+  requires resource<Upstream>
+class faulty_source : public forward_properties<faulty_source<Upstream>, Upstream> {
+ public:
+  explicit faulty_source(Upstream upstream = Upstream{}, fault_plan plan = {})
+      : upstream_(std::move(upstream)), state_(std::make_shared<state>()) {
+    set_plan(plan);
+  }
+
+  [[nodiscard]] static constexpr const char* name() noexcept { return "faulty_source"; }
+
+  /// Replaces the plan and restarts the call count (so fail_call counts from here).
+  void set_plan(fault_plan plan) {
+    std::lock_guard lock(state_->mutex);
+    state_->plan = plan;
+    state_->calls_since_plan = 0;
+    state_->random = plan.seed == 0 ? 0x9e3779b97f4a7c15ull : plan.seed;
+  }
+  /// No more faults: every call goes to the upstream.
+  void clear() { set_plan({}); }
+  [[nodiscard]] fault_plan plan() const {
+    std::lock_guard lock(state_->mutex);
+    return state_->plan;
+  }
+
+  /// Allocation calls with a non-zero size, failed ones included, since construction.
+  [[nodiscard]] std::size_t allocations() const noexcept { return state_->allocations.load(); }
+  /// Injected failures since construction.
+  [[nodiscard]] std::size_t failures() const noexcept { return state_->failures.load(); }
+  /// Bytes allocated through this source and not yet deallocated.
+  [[nodiscard]] std::size_t live_bytes() const noexcept { return state_->live_bytes.load(); }
+
+  /// Throws out_of_memory when the plan says so, else the upstream's allocate.
+  void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
+    if (!counts(bytes, align)) return upstream_.allocate(s, bytes, align);
+    admit(s, bytes);
+    return commit(bytes, [&] { return upstream_.allocate(s, bytes, align); });
+  }
+  void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
+    if (p != nullptr) state_->live_bytes.fetch_sub(bytes);
+    upstream_.deallocate(s, p, bytes, align);
+  }
+  void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) {
+    if (!counts(bytes, align)) return upstream_.allocate_sync(bytes, align);
+    admit(stream_ref{}, bytes);
+    return commit(bytes, [&] { return upstream_.allocate_sync(bytes, align); });
+  }
+  void deallocate_sync(void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
+    if (p != nullptr) state_->live_bytes.fetch_sub(bytes);
+    upstream_.deallocate_sync(p, bytes, align);
+  }
+
+  [[nodiscard]] bool contiguous() const noexcept
+    requires has_contiguous_growth<Upstream>
+  { return upstream_.contiguous(); }
+  [[nodiscard]] std::size_t granularity() const noexcept
+    requires has_contiguous_growth<Upstream>
+  { return upstream_.granularity(); }
+  [[nodiscard]] vram::stats stats() const
+    requires has_stats<Upstream>
+  { return upstream_.stats(); }
+  [[nodiscard]] bool owns(const void* p) const
+    requires has_owns<Upstream>
+  { return upstream_.owns(p); }
+
+  [[nodiscard]] Upstream& upstream() noexcept { return upstream_; }
+  [[nodiscard]] const Upstream& upstream() const noexcept { return upstream_; }
+
+  friend bool operator==(const faulty_source& a, const faulty_source& b) {
+    return a.state_ == b.state_ && a.upstream_ == b.upstream_;
+  }
+
+ private:
+  struct state {
+    std::mutex mutex;  // guards plan, calls_since_plan, random
+    fault_plan plan;
+    std::size_t calls_since_plan = 0;
+    std::uint64_t random = 1;
+    std::atomic<std::size_t> allocations{0}, failures{0}, live_bytes{0};
+  };
+
+  /// A call the plan applies to: valid and non-empty (the rest is the upstream's business).
+  static bool counts(std::size_t bytes, std::size_t align) noexcept {
+    return bytes != 0 && bytes <= max_request_bytes && is_valid_alignment(align);
+  }
+
+  /// Counts the call and throws when the plan fails it. The byte budget is charged here
+  /// (under the lock), so concurrent callers cannot pass it together.
+  void admit(stream_ref s, std::size_t bytes) {
+    std::unique_lock lock(state_->mutex);
+    state_->allocations.fetch_add(1);
+    std::size_t n = ++state_->calls_since_plan;
+    const fault_plan& plan = state_->plan;
+    bool fail = plan.fail_call != 0 && (n == plan.fail_call || (plan.sticky && n > plan.fail_call));
+    if (plan.probability > 0.0) fail |= next_unit() < plan.probability;
+    std::size_t live = state_->live_bytes.load();
+    fail |= live > plan.byte_budget || bytes > plan.byte_budget - live;
+    if (fail) {
+      state_->failures.fetch_add(1);
+      lock.unlock();
+      detail::throw_out_of_memory(name(), bytes, s);
+    }
+    state_->live_bytes.fetch_add(bytes);
+  }
+
+  /// Calls the upstream; un-charges the bytes when it throws.
+  template <class F>
+  void* commit(std::size_t bytes, F&& f) {
+    try {
+      void* p = f();
+      if (p == nullptr) state_->live_bytes.fetch_sub(bytes);
+      return p;
+    } catch (...) {
+      state_->live_bytes.fetch_sub(bytes);
+      throw;
+    }
+  }
+
+  /// A uniform number in [0, 1) from splitmix64 (pre: mutex held).
+  double next_unit() noexcept {
+    std::uint64_t z = (state_->random += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return static_cast<double>(z >> 11) * 0x1.0p-53;
+  }
+
+  [[no_unique_address]] Upstream upstream_;
+  std::shared_ptr<state> state_;
+};
+
+static_assert(resource_with<faulty_source<host_source>, host_accessible>);
+
+}  // namespace vram
