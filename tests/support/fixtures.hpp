@@ -15,6 +15,7 @@
 #include <vram/alloc/activation_arena.hpp>
 #include <vram/alloc/budget_slab.hpp>
 #include <vram/alloc/stream_pool.hpp>
+#include <vram/source/faulty_source.hpp>
 #include <vram/source/host_source.hpp>
 #include <vram/source/simulated_device_source.hpp>
 
@@ -123,11 +124,17 @@ struct logging_adaptor_fixture {
   }
 };
 
+struct faulty_source_fixture {
+  static constexpr const char* name = "faulty_source<host_source> (no faults planned)";
+  static constexpr bool host_accessible = true;
+  static faulty_source<host_source> make() { return faulty_source<host_source>(host_source{}); }
+};
+
 /// Every host-side resource: the conformance suite runs on each.
 using host_fixtures = std::tuple<host_source_fixture, simulated_device_fixture, simulated_contiguous_fixture,
                                  stream_pool_host_fixture, stream_pool_contiguous_fixture,
                                  activation_arena_fixture, budget_slab_fixture, statistics_adaptor_fixture,
                                  quota_adaptor_fixture, tracker_adaptor_fixture, retry_adaptor_fixture,
-                                 logging_adaptor_fixture>;
+                                 logging_adaptor_fixture, faulty_source_fixture>;
 
 }  // namespace vram::test
