@@ -503,3 +503,38 @@ TEST_CASE("stream_pool: the observer sees every event and stats keep exact peaks
     CHECK(counts->grows >= 2);
   }
 }
+
+TEST_CASE("stream_pool: try_allocate returns nullptr where allocate throws", "[stream_pool]") {
+  host_pool pool(vram::host_source{}, {.maximum_size = 1 * MiB, .growth_step = 1 * MiB});
+  void* a = pool.try_allocate(vram::stream_ref{}, 512 * KiB);
+  CHECK(a != nullptr);
+  CHECK(pool.try_allocate(vram::stream_ref{}, 768 * KiB) == nullptr);
+  CHECK(pool.stats().ooms == 1);
+  CHECK(pool.owns(a));
+  pool.deallocate_sync(a, 512 * KiB);
+  CHECK_FALSE(pool.owns(a));
+  pool.check_invariants();
+}
+
+TEST_CASE("stream_pool: more streams than lanes take the heap path", "[stream_pool][streams]") {
+  host_pool pool(vram::host_source{}, {.growth_step = 4 * MiB});
+  constexpr int stream_count = 80;  // the lane table holds 64
+  std::vector<std::unique_ptr<vram::host_stream>> streams;
+  std::vector<void*> blocks;
+  for (int i = 0; i < stream_count; ++i) {
+    streams.push_back(std::make_unique<vram::host_stream>());
+    blocks.push_back(pool.allocate(*streams.back(), 1000 + static_cast<std::size_t>(i)));
+  }
+  pool.check_invariants();
+  for (std::size_t i = 0; i < stream_count; ++i) pool.deallocate(*streams[i], blocks[i], 1000 + i);
+  auto st = pool.stats();
+  CHECK(st.live_allocations == 0);
+  CHECK(st.total_allocations == stream_count);
+  pool.check_invariants();
+  // Blocks freed on a destroyed stream become usable by everyone.
+  streams.clear();
+  void* big = pool.allocate_sync(4 * MiB);
+  CHECK(pool.stats().reserved_bytes == 4 * MiB);
+  pool.deallocate_sync(big, 4 * MiB);
+  pool.check_invariants();
+}

@@ -212,6 +212,16 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     return reinterpret_cast<void*>(b->addr);
   }
 
+  /// Like allocate(), but returns nullptr where allocate() throws out_of_memory (still counted
+  /// in stats().ooms and reported to the observer), for callers with a fallback.
+  [[nodiscard]] void* try_allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
+    try {
+      return allocate(s, bytes, align);
+    } catch (const out_of_memory&) {
+      return nullptr;
+    }
+  }
+
   /// Frees `p` (allocated with `bytes`) ordered on `s`: the block is reused on `s` at once
   /// and by other streams only after they wait for the work enqueued on `s` so far.
   void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
@@ -975,5 +985,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
 static_assert(resource<stream_pool<host_source>>);
 static_assert(resource_with<stream_pool<host_source>, host_accessible>);
+static_assert(has_try_allocate<stream_pool<host_source>> && has_release<stream_pool<host_source>> &&
+              has_stats<stream_pool<host_source>> && has_owns<stream_pool<host_source>> &&
+              has_check_invariants<stream_pool<host_source>>);
 
 }  // namespace vram
