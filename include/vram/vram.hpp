@@ -41,6 +41,7 @@
 #include <vram/adaptor/statistics_adaptor.hpp>
 #include <vram/adaptor/statistics_observer.hpp>
 #include <vram/adaptor/tracker_adaptor.hpp>
+#include <vram/adaptor/tracker_observer.hpp>
 
 // trace/ (read_trace.hpp uses zlib where <zlib.h> exists: link ZLIB::ZLIB to read .json.gz)
 #include <vram/trace/allocators.hpp>

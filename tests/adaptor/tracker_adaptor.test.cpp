@@ -295,3 +295,70 @@ TEST_CASE("tracker_adaptor: our snapshot and CSV are read back by vram's trace r
     if (i % 3 != 0) tr.deallocate_sync(live[i].first, live[i].second);
   CHECK(up.counters().live_allocations() == 0);
 }
+
+#include <vram/adaptor/tracker_observer.hpp>
+#include <vram/alloc/stream_pool.hpp>
+
+TEST_CASE("tracker_observer: a pool's segments with its blocks in the PyTorch snapshot", "[adaptor][tracker]") {
+  tenants t;
+  upstream_t up;
+  vram::tracker_observer tracker({.registry = t.reg});
+  {
+    vram::stream_pool<upstream_t, vram::tracker_observer> pool(
+        up, vram::stream_pool_options{.growth_step = std::size_t{4} << 20}, tracker);
+    std::vector<std::pair<void*, std::size_t>> live;
+    {
+      vram::tenant_scope ts(t.model_a);
+      vram::tag_scope tag("weights");
+      for (std::size_t i = 0; i < 12; ++i) live.emplace_back(pool.allocate_sync(1 << 20), 1 << 20);
+    }
+    for (std::size_t i = 0; i < live.size(); i += 2) pool.deallocate_sync(live[i].first, live[i].second);
+    auto s = tracker.snapshot();
+    CHECK(s.live_bytes == 6u << 20);
+    REQUIRE(s.by_tenant.size() == 1);
+    CHECK(s.by_tenant[0].name == "job/model_a");
+    std::size_t grows = 0;
+    for (auto& e : tracker.events()) grows += e.action == vram::tracker_action::segment_alloc;
+    CHECK(grows == up.counters().allocations);
+
+    if (have_python()) {
+      auto pickle = temp_path("pool.pickle");
+      auto script = temp_path("pool.py");
+      REQUIRE(tracker.dump(pickle.string()));
+      {
+        std::ofstream py(script);
+        py << R"(import pickle, sys
+class Refuse(pickle.Unpickler):
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError("refused")
+snap = Refuse(open(sys.argv[1], "rb")).load()
+segs = snap["segments"]
+assert len(segs) == int(sys.argv[2]), (len(segs), sys.argv[2])
+active = 0
+for s in segs:
+    at = s["address"]
+    for b in s["blocks"]:
+        assert b["address"] == at
+        at += b["size"]
+        if b["state"] == "active_allocated":
+            active += b["size"]
+            assert b["frames"][0]["filename"] == "tenant:job/model_a" and b["frames"][0]["name"] == "weights"
+    assert at == s["address"] + s["total_size"]
+assert active == 6 << 20, active
+assert any(b["state"] == "inactive" for s in segs for b in s["blocks"])
+)";
+      }
+      std::string cmd = "python3 " + script.string() + " " + pickle.string() + " " +
+                        std::to_string(up.counters().live_allocations());
+      CHECK(std::system(cmd.c_str()) == 0);
+      std::filesystem::remove(pickle);
+      std::filesystem::remove(script);
+    }
+    for (std::size_t i = 1; i < live.size(); i += 2) pool.deallocate_sync(live[i].first, live[i].second);
+  }
+  std::size_t releases = 0;
+  for (auto& e : tracker.events()) releases += e.action == vram::tracker_action::segment_free;
+  CHECK(releases == up.counters().deallocations);
+  CHECK(tracker.snapshot().live_bytes == 0);
+  CHECK(up.counters().live_allocations() == 0);
+}

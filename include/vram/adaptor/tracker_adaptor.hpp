@@ -27,24 +27,10 @@
 #include <vram/detail/throw.hpp>
 #include <vram/detail/tracker_export.hpp>
 #include <vram/detail/tracker_records.hpp>
+#include <vram/detail/tracker_state.hpp>
 
 namespace vram {
 
-struct tracker_options {
-  /// Events kept in the history ring (the newest win); 0 keeps none.
-  std::size_t event_capacity = 16384;
-  /// Record a native call stack (backtrace()) per allocation: ~1-2 µs each, off by default.
-  bool capture_stacks = false;
-  std::size_t max_frames = 32;
-  /// When an allocation fails with out_of_memory, write a dump here (format from the
-  /// extension: .pickle PyTorch snapshot, .json, .csv RMM log, anything else a text report).
-  /// Empty: no dump.
-  std::string oom_dump_path;
-  /// The device number written into the PyTorch snapshot.
-  int device = 0;
-  /// Where tenant names and parents come from.
-  std::shared_ptr<const tenant_registry> registry = tenant_registry::global();
-};
 
 /// Records who holds memory, for debugging and for production dumps.
 ///
@@ -67,7 +53,7 @@ template <class Upstream>
 class tracker_adaptor : public forward_properties<tracker_adaptor<Upstream>, Upstream> {
  public:
   explicit tracker_adaptor(Upstream upstream = Upstream{}, tracker_options options = {})
-      : upstream_(std::move(upstream)), state_(std::make_shared<state>(std::move(options))) {}
+      : upstream_(std::move(upstream)), state_(std::make_shared<detail::tracker_state>(std::move(options), name())) {}
 
   [[nodiscard]] static constexpr const char* name() noexcept { return "tracker_adaptor"; }
 
@@ -119,7 +105,7 @@ class tracker_adaptor : public forward_properties<tracker_adaptor<Upstream>, Ups
   /// Who holds memory now, grouped by tenant and by tag, largest first; `largest` holds up to
   /// `top` allocations.
   [[nodiscard]] tracker_snapshot snapshot(std::size_t top = 16) const {
-    return summarize(state_->live_copy(), *state_->options.registry, top);
+    return detail::tracker_state::summarize(state_->live_copy(), *state_->options.registry, top);
   }
 
   /// Live allocations in address order.
@@ -185,174 +171,8 @@ class tracker_adaptor : public forward_properties<tracker_adaptor<Upstream>, Ups
   }
 
  private:
-  struct state {
-    explicit state(tracker_options o) : options(std::move(o)), ring(options.event_capacity) {
-      if (!options.registry) detail::throw_invalid_argument("tracker_adaptor", "null tenant registry");
-    }
-
-    tracker_options options;
-    mutable std::mutex mutex;
-    // Invariants: live_bytes == sum of live[p].bytes;
-    //             live.size() == allocations - deallocations
-    std::unordered_map<const void*, tracked_allocation> live;
-    detail::tracker_ring ring;
-    std::size_t live_bytes = 0, peak_live_bytes = 0;
-    std::size_t allocations = 0, deallocations = 0, ooms = 0;
-
-    static std::uint64_t thread_hash() noexcept { return std::hash<std::thread::id>{}(std::this_thread::get_id()); }
-
-    void push(tracker_action a, const void* p, std::size_t bytes, stream_ref s, tenant t, std::string_view tag,
-              std::int64_t now) noexcept {
-      tracker_event e{a, reinterpret_cast<std::uintptr_t>(p), bytes, s.key(), now, thread_hash(), t, {}};
-      e.set_tag(tag);
-      ring.push(e);
-    }
-
-    void record_allocate(void* p, std::size_t bytes, stream_ref s, tenant t) {
-      tracked_allocation a{p, bytes, t, current_tag(), s.key(), detail::tracker_now_us(), {}};
-#if VRAM_TRACKER_HAS_BACKTRACE
-      if (options.capture_stacks) {
-        a.frames.resize(options.max_frames);
-        int n = backtrace(a.frames.data(), static_cast<int>(a.frames.size()));
-        a.frames.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
-      }
-#endif
-      std::lock_guard lock(mutex);
-      auto [it, inserted] = live.emplace(p, std::move(a));
-      const auto& r = it->second;
-      live_bytes += bytes;
-      peak_live_bytes = std::max(peak_live_bytes, live_bytes);
-      ++allocations;
-      push(tracker_action::segment_alloc, p, bytes, s, t, r.tag, r.time_us);
-      push(tracker_action::alloc, p, bytes, s, t, r.tag, r.time_us);
-    }
-
-    bool record_free_requested(void* p, std::size_t bytes, stream_ref s, tenant& owner) noexcept {
-      std::lock_guard lock(mutex);
-      auto it = live.find(p);
-      if (it == live.end()) {
-        report_misuse({misuse::foreign_pointer, name(), p, bytes, 0});
-        return false;
-      }
-      if (it->second.bytes != bytes) {
-        report_misuse({misuse::wrong_size, name(), p, bytes, it->second.bytes});
-        return false;
-      }
-      owner = it->second.owner;
-      push(tracker_action::free_requested, p, bytes, s, owner, it->second.tag, detail::tracker_now_us());
-      live_bytes -= bytes;
-      ++deallocations;
-      live.erase(it);
-      return true;
-    }
-
-    void record_free_completed(void* p, std::size_t bytes, stream_ref s, tenant owner) noexcept {
-      std::lock_guard lock(mutex);
-      auto now = detail::tracker_now_us();
-      push(tracker_action::free_completed, p, bytes, s, owner, "", now);
-      push(tracker_action::segment_free, p, bytes, s, owner, "", now);
-    }
-
-    void record_oom(std::size_t bytes, stream_ref s, tenant t) noexcept {
-      {
-        std::lock_guard lock(mutex);
-        ++ooms;
-        push(tracker_action::oom, nullptr, bytes, s, t, current_tag(), detail::tracker_now_us());
-      }
-      if (!options.oom_dump_path.empty()) {
-        try {
-          (void)dump(options.oom_dump_path);
-        } catch (...) {  // a failed dump must not replace the out_of_memory being thrown
-        }
-      }
-    }
-
-    std::vector<tracked_allocation> live_copy() const {
-      std::vector<tracked_allocation> v;
-      {
-        std::lock_guard lock(mutex);
-        v.reserve(live.size());
-        for (auto& [p, a] : live) v.push_back(a);
-      }
-      std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.address < b.address; });
-      return v;
-    }
-    std::vector<tracker_event> events_copy() const {
-      std::vector<tracker_event> v;
-      std::lock_guard lock(mutex);
-      v.reserve(ring.size());
-      ring.for_each([&](const tracker_event& e) { v.push_back(e); });
-      return v;
-    }
-
-    detail::tracker_export_data export_data() const {
-      detail::tracker_export_data d{options.registry.get(), options.device, live_copy(), events_copy(), 0};
-      std::lock_guard lock(mutex);
-      d.dropped_events = ring.dropped();
-      return d;
-    }
-    void write_memory_snapshot(std::ostream& out) const {
-      auto bytes = detail::tracker_write_pytorch_snapshot(export_data());
-      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    }
-    void write_json(std::ostream& out) const {
-      auto d = export_data();
-      detail::tracker_write_json(out, d, summarize(d.live, *options.registry, 16));
-    }
-    void write_report(std::ostream& out, std::size_t top) const {
-      detail::tracker_write_report(out, summarize(live_copy(), *options.registry, top), *options.registry, top);
-    }
-
-    bool dump(const std::string& path) const {
-      std::ofstream out(path, std::ios::binary | std::ios::trunc);
-      if (!out) return false;
-      auto ends_with = [&](std::string_view ext) {
-        return path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
-      };
-      if (ends_with(".pickle") || ends_with(".pkl")) write_memory_snapshot(out);
-      else if (ends_with(".json")) write_json(out);
-      else if (ends_with(".csv")) detail::tracker_write_rmm_csv(out, export_data());
-      else write_report(out, 10);
-      return static_cast<bool>(out);
-    }
-  };
-
-  static tracker_snapshot summarize(const std::vector<tracked_allocation>& live, const tenant_registry& reg,
-                                    std::size_t top) {
-    tracker_snapshot s;
-    std::map<std::uint32_t, tracker_holder> tenants;
-    std::map<std::string, tracker_holder> tags;
-    for (const auto& a : live) {
-      s.live_bytes += a.bytes;
-      ++s.live_allocations;
-      auto& th = tenants[a.owner.id];
-      th.bytes += a.bytes;
-      ++th.allocations;
-      auto& gh = tags[a.tag];
-      gh.bytes += a.bytes;
-      ++gh.allocations;
-    }
-    auto by_bytes = [](const tracker_holder& a, const tracker_holder& b) {
-      return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name;
-    };
-    for (auto& [id, h] : tenants) {
-      h.name = detail::tenant_path(reg, tenant{id});
-      s.by_tenant.push_back(std::move(h));
-    }
-    for (auto& [tag, h] : tags) {
-      h.name = tag;
-      s.by_tag.push_back(std::move(h));
-    }
-    std::sort(s.by_tenant.begin(), s.by_tenant.end(), by_bytes);
-    std::sort(s.by_tag.begin(), s.by_tag.end(), by_bytes);
-    s.largest = live;
-    std::sort(s.largest.begin(), s.largest.end(), [](auto& a, auto& b) { return a.bytes > b.bytes; });
-    if (s.largest.size() > top) s.largest.resize(top);
-    return s;
-  }
-
   [[no_unique_address]] Upstream upstream_;
-  std::shared_ptr<state> state_;
+  std::shared_ptr<detail::tracker_state> state_;
 };
 
 }  // namespace vram

@@ -10,6 +10,7 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #if __has_include(<execinfo.h>)
@@ -52,11 +53,14 @@ struct tracker_export_data {
   std::vector<tracked_allocation> live;  // sorted by address
   std::vector<tracker_event> events;     // oldest first
   std::size_t dropped_events = 0;
+  std::vector<std::pair<std::uint64_t, std::size_t>> segments;  // address order; empty: one per allocation
 };
 
-/// PyTorch memory snapshot. Each live allocation is its own segment holding one block (the
-/// tracker sees allocations, not the upstream's internal segments), as PyTorch records with
-/// caching disabled. The tenant and tag are the first frame of each block and trace entry
+/// PyTorch memory snapshot. With known upstream segments (an allocator's observer hooks),
+/// each segment lists its blocks in address order covering it: live allocations
+/// (active_allocated) and the gaps between them (inactive). Live allocations outside every
+/// known segment (and all of them for tracker_adaptor, which sees allocations, not a pool's
+/// segments) are each a segment holding one block, as PyTorch records with caching disabled. The tenant and tag are the first frame of each block and trace entry
 /// (filename "tenant:<path>", name "<tag>"), so the viewer shows who allocated what.
 inline std::string tracker_write_pytorch_snapshot(const tracker_export_data& d) {
   pickle_writer w;
@@ -84,35 +88,74 @@ inline std::string tracker_write_pytorch_snapshot(const tracker_export_data& d) 
     w.list_end();
   };
   auto sz = [&](std::size_t v) { w.integer(static_cast<std::uint64_t>(v)); };
-  auto addr = [&](const void* p) { w.integer(static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p))); };
 
-  w.dict_begin();
-  w.string("segments");
-  w.list_begin();
-  for (const auto& a : d.live) {
+  auto segment = [&](std::uint64_t base, std::size_t size, std::size_t first, std::size_t last) {
+    // live[first, last) lie inside [base, base + size), in address order.
+    std::size_t used = 0;
+    for (std::size_t i = first; i < last; ++i) used += d.live[i].bytes;
     w.dict_begin();
     w.string("device"); w.integer(std::int64_t{d.device});
-    w.string("address"); addr(a.address);
-    w.string("total_size"); sz(a.bytes);
-    w.string("allocated_size"); sz(a.bytes);
-    w.string("active_size"); sz(a.bytes);
-    w.string("requested_size"); sz(a.bytes);
-    w.string("stream"); w.integer(a.stream);
+    w.string("address"); w.integer(base);
+    w.string("total_size"); sz(size);
+    w.string("allocated_size"); sz(used);
+    w.string("active_size"); sz(used);
+    w.string("requested_size"); sz(used);
+    w.string("stream"); w.integer(first < last ? d.live[first].stream : std::uint64_t{0});
     w.string("segment_type"); w.string("large");
     w.string("segment_pool_id"); w.integer(std::int64_t{0}); w.integer(std::int64_t{0}); w.tuple2_end();
     w.string("is_expandable"); w.boolean(false);
     w.string("frames"); w.list_begin(); w.list_end();
     w.string("blocks");
     w.list_begin();
-    w.dict_begin();
-    w.string("address"); addr(a.address);
-    w.string("size"); sz(a.bytes);
-    w.string("requested_size"); sz(a.bytes);
-    w.string("state"); w.string("active_allocated");
-    w.string("frames"); frames(a.owner, a.tag, &a.frames);
-    w.dict_end();
+    std::uint64_t at = base;
+    auto gap = [&](std::uint64_t to) {
+      if (to <= at) return;
+      w.dict_begin();
+      w.string("address"); w.integer(at);
+      w.string("size"); sz(static_cast<std::size_t>(to - at));
+      w.string("requested_size"); sz(0);
+      w.string("state"); w.string("inactive");
+      w.string("frames"); w.list_begin(); w.list_end();
+      w.dict_end();
+      at = to;
+    };
+    for (std::size_t i = first; i < last; ++i) {
+      const auto& a = d.live[i];
+      auto addr_i = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(a.address));
+      gap(addr_i);
+      w.dict_begin();
+      w.string("address"); w.integer(addr_i);
+      w.string("size"); sz(a.bytes);
+      w.string("requested_size"); sz(a.bytes);
+      w.string("state"); w.string("active_allocated");
+      w.string("frames"); frames(a.owner, a.tag, &a.frames);
+      w.dict_end();
+      at = addr_i + a.bytes;
+    }
+    gap(base + size);
     w.list_end();
     w.dict_end();
+  };
+
+  w.dict_begin();
+  w.string("segments");
+  w.list_begin();
+  {
+    // Merge the known segments and the allocations (both in address order).
+    std::size_t i = 0, k = 0;
+    const std::size_t n = d.live.size();
+    auto address = [&](std::size_t j) { return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(d.live[j].address)); };
+    while (i < n || k < d.segments.size()) {
+      if (k < d.segments.size() && (i == n || d.segments[k].first <= address(i))) {
+        auto [base, size] = d.segments[k++];
+        std::size_t first = i;
+        while (i < n && address(i) + d.live[i].bytes <= base + size) ++i;
+        segment(base, size, first, i);
+      } else {
+        segment(address(i), d.live[i].bytes, i, i + 1);  // outside every known segment
+        ++i;
+      }
+    }
   }
   w.list_end();
 

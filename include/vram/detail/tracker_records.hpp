@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,22 @@
 #include <vram/core/tenant.hpp>
 
 namespace vram {
+
+struct tracker_options {
+  /// Events kept in the history ring (the newest win); 0 keeps none.
+  std::size_t event_capacity = 16384;
+  /// Record a native call stack (backtrace()) per allocation: ~1-2 µs each, off by default.
+  bool capture_stacks = false;
+  std::size_t max_frames = 32;
+  /// When an allocation fails with out_of_memory, write a dump here (format from the
+  /// extension: .pickle PyTorch snapshot, .json, .csv RMM log, anything else a text report).
+  /// Empty: no dump.
+  std::string oom_dump_path;
+  /// The device number written into the PyTorch snapshot.
+  int device = 0;
+  /// Where tenant names and parents come from.
+  std::shared_ptr<const tenant_registry> registry = tenant_registry::global();
+};
 
 /// What the tracker records per event (the PyTorch snapshot's device_traces actions).
 enum class tracker_action : std::uint8_t { alloc, free_requested, free_completed, segment_alloc, segment_free, oom };

@@ -1,0 +1,68 @@
+#pragma once
+// vram::tracker_observer: the tracker fed by an allocator's observer hooks, so the PyTorch
+// snapshot shows the allocator's real segments (what it took from its upstream) with the
+// blocks inside them, and the history includes segment_alloc / segment_free from growth and
+// release — what pytorch.org/memory_viz needs to show fragmentation.
+
+#include <cstddef>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <vram/core/observer.hpp>
+#include <vram/core/tenant.hpp>
+#include <vram/detail/tracker_state.hpp>
+
+namespace vram {
+
+/// Records who holds memory inside an allocator:
+///   vram::tracker_observer tracker({.registry = reg});
+///   vram::stream_pool<vram::cuda_device_source, vram::tracker_observer> pool(src, {}, tracker);
+///   ... tracker.dump("snapshot.pickle");
+/// Copies share the records (keep one to read them). Allocations get the tenant and tag in
+/// scope on the allocating thread; frees are recorded at once (the allocator decides when a
+/// block is reusable). Misuse is the allocator's to report: unknown pointers are ignored here.
+/// Thread safety: thread-safe (one mutex). Cost: as tracker_adaptor, on the allocator's path.
+/// OOM: recorded as an oom event, and dumped to options.oom_dump_path when set.
+class tracker_observer {
+ public:
+  explicit tracker_observer(tracker_options options = {})
+      : state_(std::make_shared<detail::tracker_state>(std::move(options), name())) {}
+
+  [[nodiscard]] static constexpr const char* name() noexcept { return "tracker_observer"; }
+
+  void on_allocate(const void* p, std::size_t bytes, stream_ref s) noexcept {
+    try {
+      state_->record_allocate(p, bytes, s, current_tenant(), false);
+    } catch (...) {  // out of host memory for the record: the allocation goes untracked
+    }
+  }
+  void on_deallocate(const void* p, std::size_t bytes, stream_ref s) noexcept {
+    tenant owner;
+    if (state_->record_free_requested(p, bytes, s, owner, false)) state_->record_free_completed(p, bytes, s, owner, false);
+  }
+  void on_grow(const void* p, std::size_t bytes) noexcept { state_->record_segment(p, bytes, true); }
+  void on_release(const void* p, std::size_t bytes) noexcept { state_->record_segment(p, bytes, false); }
+  void on_out_of_memory(std::size_t bytes, stream_ref s, const vram::stats&) noexcept {
+    state_->record_oom(bytes, s, current_tenant());
+  }
+
+  [[nodiscard]] tracker_snapshot snapshot(std::size_t top = 16) const {
+    return detail::tracker_state::summarize(state_->live_copy(), *state_->options.registry, top);
+  }
+  [[nodiscard]] std::vector<tracked_allocation> live_allocations() const { return state_->live_copy(); }
+  [[nodiscard]] std::vector<tracker_event> events() const { return state_->events_copy(); }
+  void write_memory_snapshot(std::ostream& out) const { state_->write_memory_snapshot(out); }
+  void write_csv(std::ostream& out) const { detail::tracker_write_rmm_csv(out, state_->export_data()); }
+  void write_json(std::ostream& out) const { state_->write_json(out); }
+  void write_report(std::ostream& out, std::size_t top = 10) const { state_->write_report(out, top); }
+  bool dump(const std::string& path) const { return state_->dump(path); }
+
+ private:
+  std::shared_ptr<detail::tracker_state> state_;
+};
+
+static_assert(observer<tracker_observer>);
+
+}  // namespace vram
