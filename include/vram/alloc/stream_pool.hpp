@@ -72,7 +72,9 @@ struct stream_pool_options {
 /// idle streams never strand memory. Blocks freed on the synchronous stream serve everyone.
 /// Streams that freed blocks into the pool must outlive it or be idle when it grows: CUDA
 /// streams are recorded with cudaEventRecord (host streams are tracked through their shared
-/// state, so a destroyed host_stream is harmless).
+/// state, so a destroyed host_stream is harmless). Synchronize a CUDA stream that freed
+/// blocks before destroying it: a new stream may get the same handle, and blocks are keyed by
+/// handle (as in RMM and PyTorch).
 ///
 /// Thread safety: all members may be called concurrently. Each stream has a "lane" (bins,
 /// live-block map, counters) under its own small lock; the best-fit heap has one mutex taken
