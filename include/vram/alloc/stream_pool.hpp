@@ -181,7 +181,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
             try {
               l->live.insert(b->addr, b);
             } catch (...) {
-              heap_free(b, 0);
+              heap_free(b, b->stream);  // back under its own key: it may have been stolen
               throw;
             }
             b->state = block_state::lane;
@@ -202,7 +202,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       try {
         heap_live_.insert(b->addr, b);
       } catch (...) {
-        heap_free(b, 0);
+        heap_free(b, b->stream);  // back under its own key: it may have been stolen
         throw;
       }
       b->state = block_state::live;
