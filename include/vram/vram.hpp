@@ -51,4 +51,10 @@
 #include <vram/trace/trace.hpp>
 #include <vram/trace/workloads.hpp>
 
-// interop/
+// interop/ -- not <vram/interop/cuda_mr.hpp>: it must come before any CCCL header (it
+// enables CCCL's experimental memory resources), so include it yourself, first. The C ABI
+// is the library vram::vram_c with the header <vram/vram_c.h>.
+#include <vram/interop/device_registry.hpp>
+#include <vram/interop/pmr.hpp>
+#include <vram/interop/thrust.hpp>
+#include <vram/interop/wrong_device.hpp>
