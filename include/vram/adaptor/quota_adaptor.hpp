@@ -105,9 +105,13 @@ class quota_adaptor : public forward_properties<quota_adaptor<Upstream, Observer
     void* p;
     try {
       p = upstream_.allocate(s, bytes, align);
-    } catch (...) {
+    } catch (const out_of_memory& e) {
       unreserve(c, c.size, bytes);
       state_->ooms.fetch_add(1, std::memory_order_relaxed);
+      observer_.on_out_of_memory(bytes, s, e.stats());
+      throw;
+    } catch (...) {
+      unreserve(c, c.size, bytes);
       throw;
     }
     try {
