@@ -8,6 +8,7 @@
 // next_key() / begin_array() / next_element() let a caller stream through a large
 // top-level document (a 50 MB Kineto trace) holding one event at a time.
 
+#include <array>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -64,7 +65,9 @@ class json_reader {
  public:
   static constexpr int max_depth = 256;
 
-  json_reader(std::string_view text, std::string source) : text_(text), source_(std::move(source)) {}
+  /// `base`: the offset of `text` in the whole input, so errors in a slice name the right byte.
+  json_reader(std::string_view text, std::string source, std::size_t base = 0)
+      : text_(text), source_(std::move(source)), base_(base) {}
 
   [[nodiscard]] std::size_t offset() const noexcept { return pos_; }
   [[nodiscard]] bool at_end() {
@@ -101,6 +104,56 @@ class json_reader {
     }
   }
 
+  /// Passes over one value fast, for skimming large documents: strings, bracket nesting and
+  /// depth are checked (so truncation and mismatches are errors), commas and colons are not.
+  void skim_value() {
+    skip_ws();
+    char c = peek();
+    if (c != '{' && c != '[') return skip_value();
+    char closers[max_depth + 1];
+    int depth = 0;
+    // Characters that matter while skimming; the rest are passed in a tight loop (this runs
+    // over tens of MB, also in sanitizer builds).
+    static constexpr auto special = [] {
+      std::array<bool, 256> t{};
+      for (unsigned char x : {'"', '{', '}', '[', ']'}) t[x] = true;
+      return t;
+    }();
+    for (;;) {
+      const char* p = text_.data() + pos_;
+      const char* end = text_.data() + text_.size();
+      while (p < end && !special[static_cast<unsigned char>(*p)]) ++p;
+      pos_ = static_cast<std::size_t>(p - text_.data());
+      c = peek();
+      if (c == '"') {
+        ++pos_;
+        for (;;) {
+          std::size_t q = text_.find_first_of("\"\\", pos_);
+          if (q == std::string_view::npos) {
+            pos_ = text_.size();
+            fail("unterminated string");
+          }
+          pos_ = q + 1;
+          if (text_[q] == '"') break;
+          if (pos_ >= text_.size()) fail("unterminated string");
+          ++pos_;  // the escaped character
+        }
+        continue;
+      }
+      ++pos_;
+      if (c == '{' || c == '[') {
+        if (depth == max_depth) fail("nesting too deep");
+        closers[depth++] = c == '{' ? '}' : ']';
+      } else if (c == '}' || c == ']') {
+        if (closers[depth - 1] != c) {
+          --pos_;
+          fail("mismatched bracket");
+        }
+        if (--depth == 0) return;
+      }
+    }
+  }
+
   /// Streaming objects: `begin_object(); bool first = true; while (next_key(k, first)) { consume one value }`.
   void begin_object() { expect('{'); }
   bool next_key(std::string& key, bool& first) {
@@ -134,7 +187,7 @@ class json_reader {
   }
 
   [[noreturn]] void fail(const char* what) const {
-    throw json_error(source_ + ": invalid JSON at byte " + std::to_string(pos_) + ": " + what, pos_);
+    throw json_error(source_ + ": invalid JSON at byte " + std::to_string(base_ + pos_) + ": " + what, base_ + pos_);
   }
 
  private:
@@ -347,6 +400,7 @@ class json_reader {
 
   std::string_view text_;
   std::string source_;
+  std::size_t base_ = 0;
   std::size_t pos_ = 0;
 };
 

@@ -321,7 +321,15 @@ inline trace read_kineto(std::string_view text, const std::string& source) {
   auto events_array = [&] {
     r.begin_array();
     bool first = true;
-    while (r.next_element(first)) on_event(r.parse_value(1));
+    while (r.next_element(first)) {
+      // Skim each event; build a DOM only for the few that are memory events.
+      std::size_t start = r.offset();
+      r.skim_value();
+      std::string_view slice = text.substr(start, r.offset() - start);
+      if (slice.find("\"[memory]\"") == std::string_view::npos) continue;
+      vram::detail::json_reader event_reader(slice, source, start);
+      on_event(event_reader.parse_value(1));
+    }
   };
   try {
     if (text.find_first_not_of(" \t\r\n") != std::string_view::npos &&
