@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <utility>
 
 #include <vram/core/alignment.hpp>
@@ -40,12 +41,14 @@ struct fault_plan {
 /// upstream is touched; zero-byte requests and invalid arguments are never counted as calls
 /// (they are forwarded as they are, so the upstream decides). Deallocation never fails.
 /// Counting: allocations() counts every non-zero allocation call (failed ones included),
-/// failures() the injected failures, live_bytes() the bytes live through this source.
-/// Thread safety: all members may be called concurrently (one small mutex per call; the
-/// plan, the counters and the random state are shared by copies).
+/// failures() the injected failures, live_bytes() the bytes live through this source (each
+/// live block is recorded, so a misused free — foreign pointer, double free, wrong size —
+/// changes no count here and is passed on for the upstream to report).
+/// Thread safety: all members may be called concurrently (one small mutex, taken twice per
+/// allocation and once per free; the plan, the counters and the table are shared by copies).
 /// Streams, alignment, properties: those of the upstream, which is held by value and owned;
 /// contiguous() / granularity() are forwarded when the upstream has them (pools grow in place).
-/// Complexity: O(1) plus the upstream's.
+/// Complexity: O(1) (expected; one hash-map update) plus the upstream's.
 template <class Upstream>
   requires resource<Upstream>
 class faulty_source : public forward_properties<faulty_source<Upstream>, Upstream> {
@@ -82,19 +85,19 @@ class faulty_source : public forward_properties<faulty_source<Upstream>, Upstrea
   void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
     if (!counts(bytes, align)) return upstream_.allocate(s, bytes, align);
     admit(s, bytes);
-    return commit(bytes, [&] { return upstream_.allocate(s, bytes, align); });
+    return commit(bytes, align, [&] { return upstream_.allocate(s, bytes, align); });
   }
   void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
-    if (p != nullptr) state_->live_bytes.fetch_sub(bytes);
+    forget(p, bytes);
     upstream_.deallocate(s, p, bytes, align);
   }
   void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) {
     if (!counts(bytes, align)) return upstream_.allocate_sync(bytes, align);
     admit(stream_ref{}, bytes);
-    return commit(bytes, [&] { return upstream_.allocate_sync(bytes, align); });
+    return commit(bytes, align, [&] { return upstream_.allocate_sync(bytes, align); });
   }
   void deallocate_sync(void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
-    if (p != nullptr) state_->live_bytes.fetch_sub(bytes);
+    forget(p, bytes);
     upstream_.deallocate_sync(p, bytes, align);
   }
 
@@ -120,12 +123,25 @@ class faulty_source : public forward_properties<faulty_source<Upstream>, Upstrea
 
  private:
   struct state {
-    std::mutex mutex;  // guards plan, calls_since_plan, random
+    std::mutex mutex;  // guards plan, calls_since_plan, random, live, charged
     fault_plan plan;
     std::size_t calls_since_plan = 0;
     std::uint64_t random = 1;
+    // live_bytes == sum of live's sizes + bytes of calls admitted and still in the upstream
+    std::unordered_map<const void*, std::size_t> live;
     std::atomic<std::size_t> allocations{0}, failures{0}, live_bytes{0};
   };
+
+  /// Un-charges a block given back with its size. A pointer or size this source did not hand
+  /// out changes nothing here (the upstream reports the misuse).
+  void forget(void* p, std::size_t bytes) noexcept {
+    if (p == nullptr) return;
+    std::lock_guard lock(state_->mutex);
+    auto it = state_->live.find(p);
+    if (it == state_->live.end() || it->second != bytes) return;
+    state_->live.erase(it);
+    state_->live_bytes.fetch_sub(bytes);
+  }
 
   /// A call the plan applies to: valid and non-empty (the rest is the upstream's business).
   static bool counts(std::size_t bytes, std::size_t align) noexcept {
@@ -151,17 +167,24 @@ class faulty_source : public forward_properties<faulty_source<Upstream>, Upstrea
     state_->live_bytes.fetch_add(bytes);
   }
 
-  /// Calls the upstream; un-charges the bytes when it throws.
+  /// Calls the upstream and records the block; un-charges the bytes when that fails.
   template <class F>
-  void* commit(std::size_t bytes, F&& f) {
+  void* commit(std::size_t bytes, std::size_t align, F&& f) {
+    void* p = nullptr;
     try {
-      void* p = f();
-      if (p == nullptr) state_->live_bytes.fetch_sub(bytes);
-      return p;
+      p = f();
+      if (p == nullptr) {
+        state_->live_bytes.fetch_sub(bytes);
+        return p;
+      }
+      std::lock_guard lock(state_->mutex);
+      state_->live.emplace(p, bytes);
     } catch (...) {
+      if (p != nullptr) upstream_.deallocate_sync(p, bytes, align);  // the table could not grow: give it back
       state_->live_bytes.fetch_sub(bytes);
       throw;
     }
+    return p;
   }
 
   /// A uniform number in [0, 1) from splitmix64 (pre: mutex held).
