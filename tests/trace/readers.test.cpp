@@ -128,6 +128,10 @@ TEST_CASE("kineto json: memory events of one CUDA device") {
     CHECK_THROWS_AS(vram::trace::parse_trace(R"({"traceEvents":[)", "t.json"), vram::trace::trace_error);
     CHECK_THROWS_AS(vram::trace::parse_trace(std::string(100000, '['), "deep.json"), vram::trace::trace_error);
     CHECK_THROWS_AS(vram::trace::parse_trace(R"({"other":1})", "o.json"), vram::trace::trace_error);
+    // Skimmed (non-memory) events are still checked for brackets and strings.
+    CHECK_THROWS_AS(vram::trace::parse_trace(R"({"traceEvents":[{"name":"x","args":[1}]})", "m.json"),
+                    vram::trace::trace_error);
+    CHECK_THROWS_AS(vram::trace::parse_trace(R"({"traceEvents":[{"name":"x\"}]})", "s.json"), vram::trace::trace_error);
   }
 }
 
