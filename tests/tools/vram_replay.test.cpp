@@ -4,6 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +50,11 @@ std::string slurp(const std::string& path) {
 
 std::string traces() { return std::string(VRAM_SHARED_TRACES); }
 
+/// A scratch file name in the temp directory, unique to this process.
+std::string scratch(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("vram_replay_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
 }  // namespace
 
 TEST_CASE("no arguments: built-in workloads, a real comparison") {
@@ -59,7 +67,7 @@ TEST_CASE("no arguments: built-in workloads, a real comparison") {
 }
 
 TEST_CASE("shared traces with --json and --html") {
-  std::string json = "vram_replay_test.json", html = "vram_replay_test.html";
+  std::string json = scratch("test.json"), html = scratch("test.html");
   auto r = run("--no-timing --allocators pool-contiguous,upstream --json " + json + " --html " + html + " '" +
                traces() + "/memory.pickle' '" + traces() + "/pangu_2.6B.csv'");
   INFO(r.out);
@@ -79,6 +87,8 @@ TEST_CASE("shared traces with --json and --html") {
   std::string page = slurp(html);
   CHECK(page.find("<svg") != std::string::npos);
   CHECK(page.find("</html>") != std::string::npos);
+  std::filesystem::remove(json);
+  std::filesystem::remove(html);
 }
 
 TEST_CASE("bad input: clear errors and exit codes, never a crash") {
@@ -92,10 +102,12 @@ TEST_CASE("bad input: clear errors and exit codes, never a crash") {
   CHECK(alloc.out.find("known: pool-contiguous") != std::string::npos);
   auto capacity = run("--capacity lots");
   CHECK(capacity.status == 2);
-  std::ofstream("vram_replay_truncated.pickle") << slurp(traces() + "/memory.pickle").substr(0, 5000);
-  auto truncated = run("vram_replay_truncated.pickle");
+  std::string cut = scratch("truncated.pickle");
+  std::ofstream(cut) << slurp(traces() + "/memory.pickle").substr(0, 5000);
+  auto truncated = run("'" + cut + "'");
+  std::filesystem::remove(cut);
   CHECK(truncated.status == 1);
-  CHECK(truncated.out.find("vram_replay_truncated.pickle: pickle: at byte") != std::string::npos);
+  CHECK(truncated.out.find("truncated.pickle: pickle: at byte") != std::string::npos);
   auto cuda = run("--device cuda");
 #if VRAM_HAS_CUDA
   CHECK((cuda.status == 0 || cuda.out.find("no CUDA GPU") != std::string::npos));
