@@ -36,6 +36,15 @@
 
 namespace vram {
 
+namespace detail {
+/// A process-wide unique id per stream_pool (never reused, so threads' cached lookups of a
+/// destroyed pool can never match a new one at the same address).
+inline std::uint64_t pool_next_id() noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace detail
+
 /// How a stream_pool grows, caps and caches.
 struct stream_pool_options {
   /// Bytes taken from the upstream at construction (0: grow on demand).
@@ -46,8 +55,13 @@ struct stream_pool_options {
   /// upstream, exactly what is missing (rounded to its granularity: growth is in place, so
   /// small steps cost nothing in fragmentation); otherwise 64 MiB.
   std::size_t growth_step = 0;
-  /// Largest request served from the per-stream size-class bins (0: no bins). At most 1 MiB.
-  std::size_t small_max = detail::pool_size_classes::max_small;
+  /// Largest request served from the per-stream bins (0: no bins). At most 1 MiB. Bins are
+  /// exact-size caches of recently freed blocks: they add no rounding, but a cached block
+  /// does not coalesce until the bins are flushed (before the pool grows or takes its top
+  /// block), and LIFO reuse places blocks differently from best fit. On the shared traces
+  /// bins up to 32 KiB cost nothing in reserved bytes and 64 KiB and above cost up to 7 %
+  /// (pangu_2.6B; docs/PERFORMANCE.md), hence 16 KiB. Raise it for speed at larger sizes.
+  std::size_t small_max = std::size_t{16} << 10;
   /// Per stream, the most bytes of small blocks kept in bins (beyond that they go back to
   /// the shared best-fit heap, where they coalesce).
   std::size_t lane_cache_bytes = std::size_t{32} << 20;
@@ -98,6 +112,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   static constexpr std::size_t quantum = classes::quantum;
   static constexpr std::size_t max_lanes = 64;
   static constexpr std::size_t default_growth_step = std::size_t{64} << 20;
+  static constexpr std::size_t bin_probe = 4;  // bin entries looked at for an exact size
 
  public:
   explicit stream_pool(Upstream upstream = Upstream{}, stream_pool_options options = {}, Observer observer = {})
@@ -156,23 +171,18 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     detail::check_request(name(), bytes, align);
     if (bytes == 0) return nullptr;
     if (bytes <= options_.small_max && align <= quantum) {
-      std::size_t cls = classes::index(bytes);
-      std::size_t size = classes::size(cls);
+      std::size_t size = align_up(bytes, quantum);
       if (lane* l = lane_for(s)) {
         block* b = nullptr;
         {
           std::lock_guard lock(l->mutex);
-          auto& bin = l->bins[cls];
-          if (!bin.empty()) {
-            b = bin.back();
-            l->live.insert(b->addr, b);  // may throw bad_alloc: nothing changed yet
-            bin.pop_back();
+          if ((b = pop_exact(l->bins[classes::index(size)], size)) != nullptr) {
+            b->cached = false;  // stays in the lane's map: no map update on a bin hit
             l->cached_bytes -= size;
-            take_live(b, bytes);
-            ++l->allocations;
+            lane_take(*l, b, bytes);
           }
         }
-        if (b == nullptr) {  // bin miss: refill from the heap
+        if (b == nullptr) {  // bin miss: carve exactly `size` from the heap
           std::optional<detail::pool_marker> wait_on;
           {
             std::lock_guard heap_lock(heap_mutex_);
@@ -185,8 +195,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
               throw;
             }
             b->state = block_state::lane;
-            take_live(b, bytes);
-            ++l->allocations;
+            b->cached = false;
+            lane_take(*l, b, bytes);
           }
           if (wait_on) wait_on->make_wait(s);
         }
@@ -206,7 +216,10 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
         throw;
       }
       b->state = block_state::live;
-      take_live(b, bytes);
+      b->requested = bytes;
+      raise_live(b->size);
+      heap_requested_ += bytes;
+      heap_peak_requested_ = std::max(heap_peak_requested_, heap_requested_);
       ++heap_allocations_;
     }
     if (wait_on) wait_on->make_wait(s);
@@ -234,19 +247,20 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
         std::unique_lock lock(l->mutex);
         if (block** found = l->live.find(addr)) {
           block* b = *found;
-          if (b->requested != bytes) {
+          if (b->cached || b->requested != bytes) {
+            misuse kind = b->cached ? misuse::double_free : misuse::wrong_size;
+            std::size_t expected = b->cached ? 0 : b->requested;
             lock.unlock();
-            report_misuse({misuse::wrong_size, name(), p, bytes, b->requested});
+            report_misuse({kind, name(), p, bytes, expected});
             return;
           }
           auto& bin = l->bins[classes::index(b->size)];
           if (bin.size() < options_.bin_capacity && l->cached_bytes + b->size <= options_.lane_cache_bytes) {
-            l->live.erase(addr);
             if (l->stream.stale(s)) l->stream.refresh(s);
-            give_live(b);
+            lane_give(*l, b);
+            b->cached = true;  // stays in the lane's map, marked cached
             bin.push_back(b);  // capacity reserved at lane creation: cannot throw
             l->cached_bytes += b->size;
-            ++l->deallocations;
             lock.unlock();
             observer_.on_deallocate(p, bytes, s);
             return;
@@ -281,7 +295,10 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     std::lock_guard lock(heap_mutex_);
     if (const_cast<live_map&>(heap_live_).find(addr)) return true;
     bool found = false;
-    for_each_lane([&](lane& l) { found = found || l.live.find(addr) != nullptr; });
+    for_each_lane([&](lane& l) {
+      block** b = found ? nullptr : l.live.find(addr);
+      found = b != nullptr && !(*b)->cached;
+    });
     return found;
   }
 
@@ -338,18 +355,28 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     if (free_count != free_.size() || free_bytes != free_bytes_) fail("free index disagrees with the blocks");
     std::size_t lane_live = 0, lane_cached = 0;
     for_each_lane([&](lane& l) {
-      lane_live += l.live.size();
+      std::size_t in_map_cached = 0, requested = 0;
       l.live.for_each([&](std::uintptr_t a, block* b) {
         if (b->addr != a || b->state != block_state::lane) fail("lane live map");
+        if (b->cached) {
+          ++in_map_cached;
+          return;
+        }
+        ++lane_live;
         live_bytes += b->size;
+        requested += b->requested;
       });
-      std::size_t bytes = 0;
+      if (requested != l.requested || l.peak_requested < l.requested) fail("lane requested bytes");
+      std::size_t bytes = 0, in_bins = 0;
       for (std::size_t i = 0; i < classes::count; ++i)
         for (block* b : l.bins[i]) {
-          if (b->state != block_state::lane || b->size != classes::size(i)) fail("bin holds a wrong block");
+          if (b->state != block_state::lane || !b->cached || classes::index(b->size) != i) fail("bin holds a wrong block");
+          if (l.live.find(b->addr) == nullptr) fail("cached block not in the lane's map");
           bytes += b->size;
-          ++lane_cached;
+          ++in_bins;
         }
+      if (in_bins != in_map_cached) fail("bins disagree with the lane's map");
+      lane_cached += in_bins;
       if (bytes != l.cached_bytes) fail("lane cached bytes");
     });
     if (live_bytes != st.live_bytes) fail("live bytes disagree with the blocks");
@@ -384,6 +411,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     std::uintptr_t stream = 0;  // free/cached: key of the stream it is reusable on (0: any)
     std::uint64_t epoch = 0;    // free: the stream's free counter when it was freed
     block_state state = block_state::free;
+    bool cached = false;        // lane-owned: in a bin (written and read under the lane's lock only)
   };
 
   /// A range held from the upstream (with a contiguous upstream, adjacent ranges are one chunk).
@@ -418,7 +446,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   using live_map = detail::pool_flat_map<block*>;
 
-  /// One stream's fast path. Invariant: cached_bytes == sum of sizes in bins.
+  /// One stream's fast path. Its map holds every block the lane owns, live or cached (a bin
+  /// hit or a cached free touches no map). Invariants: cached_bytes == sum of sizes in bins;
+  /// requested == sum of `requested` of its live (not cached) blocks <= peak_requested.
   struct lane {
     lane(std::uintptr_t k, stream_ref s, std::size_t bin_capacity) : key(k), stream(s) {
       for (auto& bin : bins) bin.reserve(bin_capacity);
@@ -429,9 +459,20 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     std::array<std::vector<block*>, classes::count> bins;
     live_map live;
     std::size_t cached_bytes = 0;
+    std::size_t requested = 0;
+    std::size_t peak_requested = 0;
     std::size_t allocations = 0;
     std::size_t deallocations = 0;
   };
+
+  /// The calling thread's last lane lookup. Pool ids are never reused and lanes live as long
+  /// as their pool, so a hit (same pool id, same stream key) is always a valid lane.
+  struct lane_cache {
+    std::uint64_t pool = 0;
+    std::uintptr_t key = 0;
+    lane* l = nullptr;
+  };
+  static inline thread_local lane_cache last_lane_{};
 
   // ---- lanes --------------------------------------------------------------------------
 
@@ -441,11 +482,31 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   static_assert(max_lanes == 64);
 
   lane* find_lane(std::uintptr_t key) const noexcept {
+    lane_cache& cache = last_lane_;
+    if (cache.pool == id_ && cache.key == key) [[likely]]
+      return cache.l;
     for (std::size_t i = 0, slot = lane_home(key); i < max_lanes; ++i, slot = (slot + 1) % max_lanes) {
       std::uintptr_t k = lane_keys_[slot].load(std::memory_order_acquire);
-      if (k == key + 1) return lanes_[slot].get();
+      if (k == key + 1) {
+        cache = lane_cache{id_, key, lanes_[slot].get()};
+        return cache.l;
+      }
       if (k == 0) return nullptr;
     }
+    return nullptr;
+  }
+
+  /// Takes the most recently cached block of exactly `size` bytes among the last few of a
+  /// bin (a bin of a class above 4 KiB holds several sizes), or nullptr.
+  static block* pop_exact(std::vector<block*>& bin, std::size_t size) noexcept {
+    std::size_t n = bin.size(), stop = n > bin_probe ? n - bin_probe : 0;
+    for (std::size_t i = n; i > stop; --i)
+      if (bin[i - 1]->size == size) {
+        block* b = bin[i - 1];
+        bin[i - 1] = bin.back();
+        bin.pop_back();
+        return b;
+      }
     return nullptr;
   }
 
@@ -483,7 +544,11 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       auto& info = stream_for(l.key);
       if (l.key != 0) info.stream = l.stream;
       for (auto& bin : l.bins) {
-        for (block* b : bin) heap_free(b, l.key);
+        for (block* b : bin) {
+          l.live.erase(b->addr);
+          b->cached = false;
+          heap_free(b, l.key);
+        }
         bin.clear();
       }
       l.cached_bytes = 0;
@@ -492,28 +557,33 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   // ---- accounting ---------------------------------------------------------------------
 
-  void take_live(block* b, std::size_t requested) noexcept {
+  // One atomic read-modify-write per operation (live bytes, for the exact peak); everything
+  // else is counted per lane under its lock, or per heap under the heap mutex.
+  void lane_take(lane& l, block* b, std::size_t requested) noexcept {  // pre: l's lock held
     b->requested = requested;
-    raise(live_bytes_, peak_live_bytes_, b->size);
-    raise(requested_bytes_, peak_requested_bytes_, requested);
+    l.requested += requested;
+    l.peak_requested = std::max(l.peak_requested, l.requested);
+    ++l.allocations;
+    raise_live(b->size);
   }
-  void give_live(block* b) noexcept {
+  void lane_give(lane& l, block* b) noexcept {  // pre: l's lock held
+    l.requested -= b->requested;
+    ++l.deallocations;
     live_bytes_.fetch_sub(b->size, std::memory_order_relaxed);
-    requested_bytes_.fetch_sub(b->requested, std::memory_order_relaxed);
   }
-  static void raise(std::atomic<std::size_t>& value, std::atomic<std::size_t>& peak, std::size_t by) noexcept {
-    std::size_t now = value.fetch_add(by, std::memory_order_relaxed) + by;
-    std::size_t p = peak.load(std::memory_order_relaxed);
-    while (now > p && !peak.compare_exchange_weak(p, now, std::memory_order_relaxed)) {
+  void raise_live(std::size_t by) noexcept {
+    std::size_t now = live_bytes_.fetch_add(by, std::memory_order_relaxed) + by;
+    std::size_t p = peak_live_bytes_.load(std::memory_order_relaxed);
+    while (now > p && !peak_live_bytes_.compare_exchange_weak(p, now, std::memory_order_relaxed)) {
     }
   }
 
   vram::stats stats_locked() const {
     vram::stats st;
     st.live_bytes = live_bytes_.load(std::memory_order_relaxed);
-    st.requested_bytes = requested_bytes_.load(std::memory_order_relaxed);
+    st.requested_bytes = heap_requested_;
     st.peak_live_bytes = peak_live_bytes_.load(std::memory_order_relaxed);
-    st.peak_requested_bytes = peak_requested_bytes_.load(std::memory_order_relaxed);
+    std::size_t peak_requested = heap_peak_requested_;
     st.reserved_bytes = reserved_;
     st.peak_reserved_bytes = peak_reserved_;
     st.total_allocations = heap_allocations_;
@@ -528,13 +598,17 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     for_each_lane([&](lane& l) {
       st.total_allocations += l.allocations;
       st.total_deallocations += l.deallocations;
+      st.requested_bytes += l.requested;
+      peak_requested += l.peak_requested;
       st.free_bytes += l.cached_bytes;
-      for (std::size_t i = 0; i < classes::count; ++i)
-        if (!l.bins[i].empty()) {
-          st.free_blocks += l.bins[i].size();
-          st.largest_free_block = std::max(st.largest_free_block, classes::size(i));
-        }
+      for (const auto& bin : l.bins) {
+        st.free_blocks += bin.size();
+        for (const block* b : bin) st.largest_free_block = std::max(st.largest_free_block, b->size);
+      }
     });
+    // The sum of per-lane and heap peaks bounds the true peak from above, and so does the
+    // live peak (a block is never smaller than its request): exact with one lane in use.
+    st.peak_requested_bytes = std::max(st.requested_bytes, std::min(peak_requested, st.peak_live_bytes));
     st.live_allocations = st.total_allocations - st.total_deallocations;
     st.upstream_allocations = upstream_allocations_;
     st.upstream_deallocations = upstream_deallocations_;
@@ -571,23 +645,42 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     --streams_[b->stream].free_blocks;
   }
 
-  /// b (not indexed) absorbs its free neighbours with the same key; returns the survivor.
-  block* coalesce(block* b) noexcept {
-    if (block* p = b->prev; p && p->state == block_state::free && p->stream == b->stream) {
-      index_erase(p);
-      absorb(p, b);
-      b = p;
-    }
-    if (block* n = b->next; n && n->state == block_state::free && n->stream == b->stream) {
-      index_erase(n);
-      absorb(b, n);
-    }
-    return b;
+  /// Whether free neighbour n may join a free block keyed `key`: the same key, or (`widen`)
+  /// n is usable by every stream (key 0) and the block is a stream's. The union is keyed to
+  /// that stream (usable by every stream is the weaker promise), so a block freed on a stream
+  /// merges with the fresh or merged memory around it instead of leaving a seam at every key
+  /// change. A key-0 block never absorbs a stream's block: fresh memory must stay usable by
+  /// the stream that grew the pool.
+  static bool joins(const block* n, std::uintptr_t key, bool widen) noexcept {
+    return n != nullptr && n->state == block_state::free && (n->stream == key || (widen && key != 0 && n->stream == 0));
   }
-  /// a takes over its successor n.
+  /// b (not indexed) absorbs its joinable free neighbours; returns the survivor. A key-0
+  /// neighbour taken over by a stream's block may bring that stream's blocks next to it
+  /// (0 | S | 0 | S runs form when key-0 blocks are freed beside a stream's), hence the loop.
+  block* coalesce(block* b, bool widen = true) noexcept {
+    for (;;) {
+      if (block* p = b->prev; joins(p, b->stream, widen)) {
+        index_erase(p);
+        absorb(p, b);
+        b = p;
+      } else if (block* n = b->next; joins(n, b->stream, widen)) {
+        index_erase(n);
+        absorb(b, n);
+      } else {
+        return b;
+      }
+    }
+  }
+  /// a (not indexed) takes over its successor n; the union keeps the stream key of either (0
+  /// only if both are 0) and the epoch of the parts with that key.
   void absorb(block* a, block* n) noexcept {
+    if (a->stream == n->stream) {
+      a->epoch = std::max(a->epoch, n->epoch);
+    } else if (a->stream == 0) {
+      a->stream = n->stream;
+      a->epoch = n->epoch;
+    }
     a->size += n->size;
-    a->epoch = std::max(a->epoch, n->epoch);
     a->next = n->next;
     if (n->next) n->next->prev = a;
     if (n->owner->last == n) n->owner->last = a;
@@ -603,10 +696,16 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     index_insert(coalesce(b));
   }
 
-  /// Best fit on `key` for `need` bytes, or end.
+  /// Best fit on `key` for `need` bytes, or end. With a contiguous upstream the free block at
+  /// the top of the highest chunk (the "wilderness", which in-place growth extends) is taken
+  /// only when no other block fits: carving small blocks out of it would pin the top and
+  /// make the next large request grow instead of extending it.
   typename std::pmr::set<free_key>::const_iterator fit(std::uintptr_t key, std::size_t need) const {
     auto it = free_.lower_bound(free_key{key, need, 0, nullptr});
-    return it != free_.end() && it->stream == key ? it : free_.end();
+    if (it == free_.end() || it->stream != key) return free_.end();
+    if (is_wilderness(it->b))
+      if (auto next = std::next(it); next != free_.end() && next->stream == key) return next;
+    return it;
   }
 
   /// The smallest adequate block usable on `key` without waiting (its own or global).
@@ -615,9 +714,15 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     if (key == 0) return own == free_.end() ? nullptr : own->b;
     auto any = fit(0, need);
     if (own == free_.end()) return any == free_.end() ? nullptr : any->b;
-    if (any == free_.end() || own->size <= any->size) return own->b;
-    return any->b;
+    if (any == free_.end()) return own->b;
+    // As if one index held both: the smaller block wins, then the lower address; the
+    // wilderness loses to any other block.
+    bool own_first = is_wilderness(own->b) != is_wilderness(any->b)
+                         ? !is_wilderness(own->b)
+                         : (own->size != any->size ? own->size < any->size : own->addr < any->addr);
+    return own_first ? own->b : any->b;
   }
+  bool is_wilderness(const block* b) const noexcept { return contiguous_ && b == chunks_.rbegin()->second->last; }
 
   /// The smallest adequate block of another stream, and a marker the caller must wait on.
   block* steal(std::uintptr_t key, std::size_t need, std::optional<detail::pool_marker>& wait_on) {
@@ -652,10 +757,10 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
         for (auto it = free_.lower_bound(free_key{k, 0, 0, nullptr}); it != free_.end() && it->stream == k; ++it)
           if (it->b->epoch <= info.pending_epoch) ready.push_back(it->b);
         info.pending.reset();
-        for (block* b : ready) {  // neighbours still keyed k are never absorbed before their turn
+        for (block* b : ready) {  // only key-0 neighbours join: blocks still keyed k wait their turn
           index_erase(b);
           b->stream = 0;
-          index_insert(coalesce(b));
+          index_insert(coalesce(b, false));
         }
       }
     }
@@ -670,9 +775,10 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     std::size_t need = size + (align > quantum ? align - quantum : 0);
     block* b = find_fit(key, need);
     if (b == nullptr) b = steal(key, need, wait_on);
-    if (b == nullptr) {
+    if (b == nullptr || is_wilderness(b)) {  // before growing or taking the top, coalesce what can be
       flush_lanes();
       merge_idle_streams();
+      wait_on.reset();
       b = find_fit(key, need);
       if (b == nullptr) b = steal(key, need, wait_on);
     }
@@ -686,11 +792,12 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     std::uintptr_t start = align_up(b->addr, align);
     if (start != b->addr) {  // keep the front as a free block
       block* rest = split(b, start - b->addr);
+      rest->state = block_state::live;
       index_insert(b);
       b = rest;
     }
-    if (b->size - size >= quantum) index_insert(split(b, size));
     b->state = block_state::live;  // out of the free structures until the caller sets the state
+    if (b->size - size >= quantum) index_insert(split(b, size));
     return b;
   }
 
@@ -903,43 +1010,52 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     std::unique_lock lock(heap_mutex_);
     block* b = nullptr;
     std::size_t expected = 0;  // the recorded size when it differs from `bytes`
+    bool cached = false;       // addr is a block cached in a bin: a second free
     if (block** found = heap_live_.find(addr)) {
       if ((*found)->requested != bytes) {
         expected = (*found)->requested;
       } else {
         b = *found;
         heap_live_.erase(addr);
-        ++heap_deallocations_;
+        give_heap_live(b);
       }
     } else {
       for_each_lane([&](lane& l) {
-        block** in_lane = b != nullptr || expected != 0 ? nullptr : l.live.find(addr);
+        block** in_lane = b != nullptr || expected != 0 || cached ? nullptr : l.live.find(addr);
         if (in_lane == nullptr) return;
+        if ((*in_lane)->cached) {
+          cached = true;
+          return;
+        }
         if ((*in_lane)->requested != bytes) {
           expected = (*in_lane)->requested;
           return;
         }
         b = *in_lane;
         l.live.erase(addr);
-        ++l.deallocations;
+        lane_give(l, b);
       });
     }
     if (b == nullptr) {
       misuse kind = expected != 0 ? misuse::wrong_size
-                                  : (free_block_at(addr) ? misuse::double_free : misuse::foreign_pointer);
+                                  : (cached || free_block_at(addr) ? misuse::double_free : misuse::foreign_pointer);
       lock.unlock();
       report_misuse({kind, name(), p, bytes, expected});
       return;
     }
     if (s.key() != 0) streams_[s.key()].stream.refresh(s);  // before keying a block to s
-    give_live(b);
     heap_free(b, s.key());
     lock.unlock();
     observer_.on_deallocate(p, bytes, s);
   }
 
-  /// True when addr starts a free block or one cached in a bin (a second free of a block);
-  /// pre: addr is in no live map.
+  void give_heap_live(block* b) noexcept {
+    live_bytes_.fetch_sub(b->size, std::memory_order_relaxed);
+    heap_requested_ -= b->requested;
+    ++heap_deallocations_;
+  }
+
+  /// True when addr starts a free block (a second free of a block); pre: addr is in no map.
   bool free_block_at(std::uintptr_t addr) const noexcept {
     auto it = chunks_.upper_bound(addr);
     if (it == chunks_.begin()) return false;
@@ -956,11 +1072,10 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   bool contiguous_ = false;
   std::size_t granularity_ = quantum;
 
-  // Exact counters shared by all paths (updated under the lock of the path that changes them).
-  std::atomic<std::size_t> live_bytes_{0};  // == sum of sizes of live and lane_live blocks
-  std::atomic<std::size_t> requested_bytes_{0};
+  // Exact, shared by all paths: live_bytes_ == sum of sizes of live blocks (heap and lanes).
+  std::atomic<std::size_t> live_bytes_{0};
   std::atomic<std::size_t> peak_live_bytes_{0};
-  std::atomic<std::size_t> peak_requested_bytes_{0};
+  const std::uint64_t id_ = detail::pool_next_id();  // names this pool in threads' lane caches
 
   // Lanes: slots are claimed under heap_mutex_ and never freed before destruction.
   std::array<std::atomic<std::uintptr_t>, max_lanes> lane_keys_{};  // stream key + 1; 0: empty slot
@@ -978,6 +1093,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   std::size_t reserved_ = 0;
   std::size_t peak_reserved_ = 0;
   std::size_t free_bytes_ = 0;
+  std::size_t heap_requested_ = 0;  // == sum of `requested` of heap-live blocks
+  std::size_t heap_peak_requested_ = 0;
   std::size_t heap_allocations_ = 0;
   std::size_t heap_deallocations_ = 0;
   std::size_t upstream_allocations_ = 0;
