@@ -20,7 +20,9 @@ namespace {
 using pool_t = vram::stream_pool<vram::host_source>;
 
 pool_t& shared_pool() {
-  static pool_t pool(vram::host_source{}, vram::stream_pool_options{.growth_step = std::size_t{256} << 20});
+  // small_max = 1 MiB: every size up to 1 MiB on the bins (the default, 16 KiB, favours fragmentation).
+  static pool_t pool(vram::host_source{},
+                     vram::stream_pool_options{.growth_step = std::size_t{256} << 20, .small_max = std::size_t{1} << 20});
   return pool;
 }
 
