@@ -400,6 +400,21 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   // neighbours' states under its own mutex, so lanes never write the state on their path.
   enum class block_state : std::uint8_t { free, live, lane };
   struct chunk;
+  struct block;
+
+  /// The best-fit index: free blocks ordered by (stream key, size, address).
+  struct free_key {
+    std::uintptr_t stream;
+    std::size_t size;
+    std::uintptr_t addr;
+    block* b;
+    friend bool operator<(const free_key& x, const free_key& y) noexcept {
+      if (x.stream != y.stream) return x.stream < y.stream;
+      if (x.size != y.size) return x.size < y.size;
+      return x.addr < y.addr;
+    }
+  };
+  using free_index = std::pmr::set<free_key>;
 
   /// A block of a chunk, host-side. Within a chunk, blocks are linked in address order and
   /// tile it: first->addr == chunk.addr, b->addr + b->size == b->next->addr.
@@ -414,6 +429,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     std::uint64_t epoch = 0;    // free: the stream's free counter when it was freed
     block_state state = block_state::free;
     bool cached = false;        // lane-owned: in a bin (written and read under the lane's lock only)
+    typename free_index::iterator where{};  // free: its entry in the index (erase without a search)
   };
 
   /// A range held from the upstream (with a contiguous upstream, adjacent ranges are one chunk).
@@ -424,18 +440,6 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     block* last;
   };
 
-  /// The best-fit index: free blocks ordered by (stream key, size, address).
-  struct free_key {
-    std::uintptr_t stream;
-    std::size_t size;
-    std::uintptr_t addr;
-    block* b;
-    friend bool operator<(const free_key& x, const free_key& y) noexcept {
-      if (x.stream != y.stream) return x.stream < y.stream;
-      if (x.size != y.size) return x.size < y.size;
-      return x.addr < y.addr;
-    }
-  };
 
   /// What the heap knows about a stream that freed blocks.
   struct stream_info {
@@ -620,7 +624,15 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   // ---- the heap (everything below: heap_mutex_ held) ----------------------------------
 
-  stream_info& stream_for(std::uintptr_t key) { return streams_[key]; }
+  stream_info& stream_for(std::uintptr_t key) { return info_of(key); }
+  /// streams_[key], remembering the last key looked up (unordered_map nodes are stable).
+  stream_info& info_of(std::uintptr_t key) {
+    if (key != last_info_key_ || last_info_ == nullptr) {
+      last_info_ = &streams_[key];
+      last_info_key_ = key;
+    }
+    return *last_info_;
+  }
 
   block* new_block() {
     if (spare_ != nullptr) {
@@ -637,14 +649,14 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   void index_insert(block* b) {
     b->state = block_state::free;
-    free_.insert(free_key{b->stream, b->size, b->addr, b});
+    b->where = free_.insert(free_key{b->stream, b->size, b->addr, b}).first;
     free_bytes_ += b->size;
-    ++streams_[b->stream].free_blocks;
+    ++info_of(b->stream).free_blocks;
   }
   void index_erase(block* b) noexcept {
-    free_.erase(free_key{b->stream, b->size, b->addr, b});
+    free_.erase(b->where);
     free_bytes_ -= b->size;
-    --streams_[b->stream].free_blocks;
+    --info_of(b->stream).free_blocks;
   }
 
   /// Whether free neighbour n may join a free block keyed `key`: the same key, or (`widen`)
@@ -691,7 +703,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   /// Returns b to the free index keyed to `key`, coalescing.
   void heap_free(block* b, std::uintptr_t key) noexcept {
-    auto& info = streams_[key];
+    auto& info = info_of(key);
     b->stream = key;
     b->epoch = ++info.epoch;
     b->state = block_state::free;
@@ -735,7 +747,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       if (it != free_.end() && (best == nullptr || it->size < best->size)) best = it->b;
     }
     if (best == nullptr) return nullptr;
-    auto& info = streams_[best->stream];
+    auto& info = info_of(best->stream);
     if (!info.pending || best->epoch > info.pending_epoch) {
       info.pending = info.stream.record();
       info.pending_epoch = info.epoch;
@@ -881,7 +893,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     nb->addr = addr;
     nb->size = bytes;
     nb->stream = key;
-    nb->epoch = key != 0 ? streams_[key].epoch : 0;
+    nb->epoch = key != 0 ? info_of(key).epoch : 0;
     chunk* c = nullptr;
     if (contiguous_) {
       auto after = chunks_.lower_bound(addr);
@@ -1045,7 +1057,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       report_misuse({kind, name(), p, bytes, expected});
       return;
     }
-    if (s.key() != 0) streams_[s.key()].stream.refresh(s);  // before keying a block to s
+    if (s.key() != 0) info_of(s.key()).stream.refresh(s);  // before keying a block to s
     heap_free(b, s.key());
     lock.unlock();
     observer_.on_deallocate(p, bytes, s);
@@ -1090,6 +1102,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   std::map<std::uintptr_t, chunk*> chunks_;      // by address; sum of sizes == reserved_
   live_map heap_live_;                           // live blocks not served by a lane
   std::unordered_map<std::uintptr_t, stream_info> streams_;
+  stream_info* last_info_ = nullptr;  // info_of's memo: &streams_[last_info_key_]
+  std::uintptr_t last_info_key_ = 0;
   block* spare_ = nullptr;                       // recycled block nodes
   // reserved_ == live_bytes_ + free_bytes_ + sum of lanes' cached_bytes
   std::size_t reserved_ = 0;
