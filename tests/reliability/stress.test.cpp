@@ -64,7 +64,12 @@ constexpr std::size_t streams = 4;
 
 std::size_t max_ops_per_thread() { return sanitized() ? 2000 : 50000; }
 
+const std::vector<std::size_t>& trace_sizes();
+
+/// The end of one allocator's share of the time budget (the sizes are read first: reading
+/// the trace must not eat the budget).
 clock_type::time_point deadline() {
+  (void)trace_sizes();
   return clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
                                  std::chrono::duration<double>(stress_seconds() / allocator_runs));
 }
