@@ -1086,10 +1086,13 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   bool contiguous_ = false;
   std::size_t granularity_ = quantum;
 
-  // Exact, shared by all paths: live_bytes_ == sum of sizes of live blocks (heap and lanes).
-  std::atomic<std::size_t> live_bytes_{0};
-  std::atomic<std::size_t> peak_live_bytes_{0};
   const std::uint64_t id_ = detail::pool_next_id();  // names this pool in threads' lane caches
+  // Exact, shared by all paths: live_bytes_ == sum of sizes of live blocks (heap and lanes).
+  // On their own cache line: every operation writes live_bytes_, and nothing read on the bin
+  // path (id_, lane_keys_, options_) may share its line.
+  alignas(64) std::atomic<std::size_t> live_bytes_{0};
+  std::atomic<std::size_t> peak_live_bytes_{0};
+  alignas(64) char after_counters_ = 0;
 
   // Lanes: slots are claimed under heap_mutex_ and never freed before destruction.
   std::array<std::atomic<std::uintptr_t>, max_lanes> lane_keys_{};  // stream key + 1; 0: empty slot
