@@ -33,25 +33,6 @@ inline void check_trace(const vram::trace::trace& t) {
   for (const auto& r : t.recorded_reserved) VRAM_FUZZ_CHECK(r.event_index <= t.events.size());
 }
 
-/// KNOWN DEFECT filter (see trace_lifetime_csv.fuzz.cpp): a lifetime CSV in which a buffer
-/// id appears on two rows (the reader insists on the header as the first non-empty line).
-inline bool lifetime_csv_with_duplicate_ids(std::string_view text) {
-  std::size_t start = text.find_first_not_of('\n');
-  if (start == std::string_view::npos || !text.substr(start).starts_with("id,lower,upper,size")) return false;
-  std::set<std::uint64_t> ids;
-  for (std::size_t pos = 0; pos < text.size();) {
-    std::size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(pos, end - pos);
-    std::uint64_t id = 0;
-    if (vram::trace::detail_reader::parse_u64(vram::trace::detail_reader::trim(line.substr(0, line.find(','))), id) &&
-        !ids.insert(id).second)
-      return true;
-    pos = end + 1;
-  }
-  return false;
-}
-
 /// Runs `read` on the input; checks the result, and that vram's own format round-trips it.
 template <class Read>
 int fuzz_reader(const std::uint8_t* data, std::size_t size, Read read) {

@@ -66,10 +66,9 @@ TEST_CASE("trace readers: the fuzz seed corpora read cleanly or fail with trace_
 }
 
 TEST_CASE("trace readers: lifetime CSV with a buffer id on two overlapping rows stays consistent",
-          "[reliability][trace][!mayfail]") {
-  // Found by fuzz.trace_lifetime_csv. read_lifetime_csv renumbers ids by the original buffer
-  // id, so the second row's allocation takes over the id, and both frees name it: the trace
-  // frees one id twice and never frees the first buffer.
+          "[reliability][trace]") {
+  // Found by fuzz.trace_lifetime_csv: ids used to be renumbered by the CSV id, so a repeated
+  // id made the trace free one buffer twice and never free the other. Buffers are rows now.
   auto t = vram::trace::read_lifetime_csv("id,lower,upper,size\n1,0,3,1024\n1,1,2,4096\n2,2,5,256\n", "dup.csv");
   CHECK(consistency_problem(t) == "");
   CHECK(t.peak_live_bytes() == 1024 + 4096);

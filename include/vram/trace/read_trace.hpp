@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #if __has_include(<zlib.h>) && !defined(VRAM_NO_ZLIB)
@@ -439,6 +440,7 @@ inline trace read_lifetime_csv(std::string_view text, const std::string& source)
     std::uint64_t id, bytes;
   };
   std::vector<row> rows;
+  std::unordered_set<std::uint64_t> csv_ids;
   bool header = false;
   detail_reader::for_each_line(text, [&](std::string_view line, std::size_t number) {
     if (line.empty()) return;
@@ -454,8 +456,11 @@ inline trace read_lifetime_csv(std::string_view text, const std::string& source)
         !detail_reader::parse_i64(f[2], upper) || !detail_reader::parse_u64(f[3], size) || size > max_trace_bytes)
       return t.warn(source + ": line " + std::to_string(number) + ": malformed row: skipped");
     if (upper <= lower) return t.warn(source + ": line " + std::to_string(number) + ": empty lifetime: skipped");
-    rows.push_back({lower, true, id, size});
-    rows.push_back({upper, false, id, size});
+    // Events are keyed by the row, not by the CSV id: a planner's ids need not be unique.
+    if (!csv_ids.insert(id).second) t.warn(source + ": duplicate buffer id " + std::to_string(id));
+    std::uint64_t buffer = rows.size() / 2;
+    rows.push_back({lower, true, buffer, size});
+    rows.push_back({upper, false, buffer, size});
   });
   if (!header) throw trace_error(source + ": empty lifetime CSV");
   // Frees before allocations at the same step ([lower, upper) is half-open).
@@ -465,19 +470,12 @@ inline trace read_lifetime_csv(std::string_view text, const std::string& source)
   t.events.reserve(rows.size());
   for (const auto& r : rows)
     t.events.push_back({r.alloc ? event::op::alloc : event::op::free, 0, r.id, r.bytes, r.time});
-  // Duplicate ids would break the id invariant: renumber densely, in allocation order.
-  std::unordered_map<std::uint64_t, std::uint64_t> ids;
+  // Renumber the buffers densely, in allocation order (each buffer's free follows its alloc).
+  std::vector<std::uint64_t> ids(rows.size() / 2);
   std::uint64_t next = 0;
   for (auto& e : t.events) {
-    if (e.kind == event::op::alloc) {
-      if (!ids.emplace(e.id, next).second) {
-        t.warn(source + ": duplicate buffer id " + std::to_string(e.id));
-        ids[e.id] = next;
-      }
-      e.id = next++;
-    } else {
-      e.id = ids[e.id];
-    }
+    if (e.kind == event::op::alloc) ids[e.id] = next++;
+    e.id = ids[e.id];
   }
   return t;
 }
