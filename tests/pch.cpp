@@ -1,0 +1,1 @@
+// Holds the precompiled Catch2 header that every host test reuses (see CMakeLists.txt).
