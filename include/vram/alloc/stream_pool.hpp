@@ -130,7 +130,12 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     }
     if (options_.initial_size != 0) {
       std::lock_guard lock(heap_mutex_);
-      grow_by(align_up(options_.initial_size, granularity_), 0);
+      try {
+        grow_by(align_up(options_.initial_size, granularity_), 0);
+      } catch (...) {  // the destructor will not run: free the node grow_by recycled
+        while (spare_ != nullptr) delete std::exchange(spare_, spare_->next);
+        throw;
+      }
     }
   }
 
