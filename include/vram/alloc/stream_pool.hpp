@@ -483,7 +483,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     std::uintptr_t key = 0;
     lane* l = nullptr;
   };
-  static inline thread_local lane_cache last_lane_{};
+  static thread_local lane_cache last_lane_;  // defined after the class: nvcc 13 rejects an in-class
+                                             // initializer of a thread_local of a nested type
 
   // ---- lanes --------------------------------------------------------------------------
 
@@ -1125,6 +1126,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   std::size_t upstream_deallocations_ = 0;
   std::size_t ooms_ = 0;
 };
+
+template <class Upstream, class Observer>
+thread_local typename stream_pool<Upstream, Observer>::lane_cache stream_pool<Upstream, Observer>::last_lane_{};
 
 static_assert(resource<stream_pool<host_source>>);
 static_assert(resource_with<stream_pool<host_source>, host_accessible>);
