@@ -169,6 +169,50 @@ TEST_CASE("budget_slab: beyond both budgets is out_of_memory naming both, and no
   slab.check_invariants();
 }
 
+TEST_CASE("budget_slab: freed single pages are cached, and merged again when a larger run needs them",
+          "[budget_slab]") {
+  slab_t slab(make_device(), vram::host_source{}, {.device_budget = 1 * MiB});  // 16 pages
+  std::vector<void*> pages;
+  for (int i = 0; i < 16; ++i) pages.push_back(slab.allocate_sync(64 * KiB));  // one-page runs
+  CHECK(slab.stats().free_bytes == 0);
+  // Freed in a scattered order: every page goes to the single-page cache, not merged yet.
+  std::mt19937_64 rng(11);
+  std::shuffle(pages.begin(), pages.end(), rng);
+  for (void* p : pages) {
+    slab.deallocate_sync(p, 64 * KiB);
+    slab.check_invariants();
+  }
+  CHECK(slab.stats().free_bytes == 1 * MiB);
+  // A one-page request is served from the cache (the most recently freed page).
+  void* again = slab.allocate_sync(64 * KiB);
+  CHECK(again == pages.back());
+  slab.deallocate_sync(again, 64 * KiB);
+  // The whole budget as one run: found after the cache is flushed and merged, on the device.
+  void* all = slab.allocate_sync(1 * MiB);
+  CHECK(slab.residency(all) == vram::residency::device);
+  CHECK(slab.stats().spills == 0);
+  CHECK(slab.stats().free_bytes == 0);
+  slab.check_invariants();
+  slab.deallocate_sync(all, 1 * MiB);
+  slab.check_invariants();
+  // Slabs of size classes take and give single pages through the cache too.
+  std::vector<void*> small;
+  for (int i = 0; i < 16 * 64; ++i) small.push_back(slab.allocate_sync(1 * KiB));  // 64 per page: all 16 pages
+  CHECK(slab.stats().free_bytes == 0);
+  CHECK(slab.stats().spills == 0);
+  for (void* p : small) slab.deallocate_sync(p, 1 * KiB);
+  slab.check_invariants();
+  void* half = slab.allocate_sync(512 * KiB);
+  void* other_half = slab.allocate_sync(512 * KiB - 64 * KiB);  // one page stays a slab of the class
+  CHECK(slab.residency(half) == vram::residency::device);
+  CHECK(slab.residency(other_half) == vram::residency::device);
+  CHECK(slab.stats().spills == 0);
+  slab.deallocate_sync(half, 512 * KiB);
+  slab.deallocate_sync(other_half, 512 * KiB - 64 * KiB);
+  slab.check_invariants();
+  CHECK(slab.stats().live_bytes == 0);
+}
+
 TEST_CASE("budget_slab: misuse is reported and changes nothing", "[budget_slab]") {
   vram::test::misuse_capture capture;
   slab_t slab(make_device(), vram::host_source{}, {.device_budget = 256 * KiB, .spill_budget = 1 * MiB});

@@ -3,6 +3,7 @@
 // (mostly) reverse order, and an O(1) reset at the end of each training step.
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -46,11 +47,21 @@ struct arena_mark {
 ///   are tolerated (O(chunks + log blocks)): the block is marked dead, and its space returns
 ///   when everything above it in its chunk is dead too.
 /// - mark() / rewind(mark), and arena_scope (RAII), free everything allocated after a point.
-/// - reset() ends a step in O(1): it bumps an epoch, so every block of the step is dead at
-///   once, and keeps every chunk, so a steady training loop touches the upstream only in its
-///   first step. Deallocating a pointer from before a reset is reported as
-///   misuse::use_after_reset (unless its address was handed out again since: an address
-///   cannot tell two steps apart) and changes nothing.
+/// - reset() ends a step: it bumps an epoch, so every block of the step is dead at once, and
+///   keeps the chunks for the next step. When the step fitted in one chunk this is O(1) and
+///   touches nothing. When it needed several chunks (the first step of a loop, typically:
+///   a 62 MiB step in 16 MiB chunks takes four, 1.03x its need), reset() re-sizes: it gives
+///   those chunks back and takes ONE chunk of the step's high-water (the sum of the chunks'
+///   highest tops), rounded up to 1/64 of it (a power of two, so reserved/live <= 1.016),
+///   never less than chunk_bytes. So the upstream is touched by the first step, by the
+///   reset() that ends it, and afterwards only by a step that needs more than every step
+///   before it (it takes an extra chunk, and its reset() re-sizes again): a steady training
+///   loop touches it in step one and its reset() only. If the upstream cannot give the new
+///   chunk, the arena is left with none and the next step takes chunks again as in step one.
+///   Deallocating a pointer from before a reset is reported as misuse::use_after_reset when
+///   its chunk is kept (unless its address was handed out again since: an address cannot
+///   tell two steps apart), as misuse::foreign_pointer when its chunk was re-sized away,
+///   and changes nothing.
 ///
 /// Streams: an arena is bound to one stream (given at construction; stream_ref{} for
 /// synchronous use). Memory is reused in that stream's order, so no synchronisation is ever
@@ -84,6 +95,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   activation_arena(activation_arena&& o) noexcept
       : upstream_(std::move(o.upstream_)), observer_(std::move(o.observer_)), stream_(o.stream_),
         chunk_bytes_(o.chunk_bytes_), chunks_(std::exchange(o.chunks_, {})), current_(std::exchange(o.current_, 0)),
+        step_last_(std::exchange(o.step_last_, 0)),
         epoch_(o.epoch_), stats_(std::exchange(o.stats_, {})) {}
   activation_arena& operator=(activation_arena&&) = delete;
 
@@ -172,15 +184,19 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     if (c.blocks.empty()) step_back();
   }
 
-  /// Ends a step in O(1): every live block is freed and every chunk kept for the next step.
-  /// Deallocating a block of the ended step afterwards is reported as use_after_reset.
+  /// Ends a step: every live block is freed. O(1) when the step used one chunk (it is kept);
+  /// when it used several, they are replaced by one chunk of the step's high-water (see the
+  /// class comment). Deallocating a block of the ended step afterwards is reported.
   void reset() noexcept {
+    const std::size_t used = step_last_ + 1;  // chunks 0..step_last_ were used in this step
     ++epoch_;
     stats_.total_deallocations += stats_.live_allocations;
     stats_.live_allocations = 0;
     stats_.live_bytes = 0;
     stats_.requested_bytes = 0;
     current_ = 0;
+    step_last_ = 0;
+    if (used > 1 && used <= chunks_.size()) resize_to_step(used);
     if (!chunks_.empty()) chunks_[0].refresh(epoch_);
   }
 
@@ -194,6 +210,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     }
     chunks_.resize(std::min(keep, chunks_.size()));
     if (chunks_.empty()) current_ = 0;
+    step_last_ = std::min(step_last_, current_);
     return bytes;
   }
 
@@ -235,6 +252,8 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
         continue;
       }
       if (i > current_ && !c.blocks.empty()) fail("a chunk above the current one holds blocks");
+      if (c.top > c.high || c.high > c.bytes) fail("top <= high <= bytes does not hold");
+      if (i > step_last_ && c.high != 0) fail("a chunk above the step's last one was used");
       std::size_t prev_end = 0;
       for (const auto& b : c.blocks) {
         if (b.offset < prev_end || b.end <= b.offset || b.end > c.bytes) fail("blocks overlap or leave the chunk");
@@ -249,6 +268,8 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       fail("live totals disagree with the blocks");
     if (reserved != stats_.reserved_bytes) fail("reserved_bytes != sum of chunk sizes");
     if (!chunks_.empty() && current_ >= chunks_.size()) fail("current chunk out of range");
+    if (current_ > step_last_ || (!chunks_.empty() && step_last_ >= chunks_.size()) || (chunks_.empty() && step_last_ != 0))
+      fail("current <= step_last < chunk count does not hold");
     if (stats_.live_allocations != stats_.total_allocations - stats_.total_deallocations)
       fail("live_allocations != total_allocations - total_deallocations");
 #endif
@@ -274,6 +295,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     if (offset > c.bytes || c.bytes - offset < footprint) return nullptr;
     c.blocks.push_back({offset, offset + footprint, bytes, true});  // may throw bad_alloc: nothing changed yet
     c.top = offset + footprint;
+    if (c.top > c.high) c.high = c.top;
     stats_.live_bytes += footprint;
     stats_.requested_bytes += bytes;
     ++stats_.live_allocations;
@@ -292,6 +314,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       chunks_[next].refresh(epoch_);
       if (void* p = bump(chunks_[next], bytes, footprint, align)) {
         current_ = next;
+        step_last_ = std::max(step_last_, next);
         return p;
       }
     }
@@ -320,7 +343,43 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     observer_.on_grow(base, size);
     void* p = bump(chunks_[next], bytes, footprint, align);  // fits by construction; reserve(16) so no throw
     current_ = next;
+    // A chunk inserted below the highest used one shifts it up by one.
+    step_last_ = next > step_last_ ? next : (chunks_.size() > 1 ? step_last_ + 1 : 0);
     return p;
+  }
+
+  /// reset() after a step that used chunks [0, used): gives them (and any spare chunk) back
+  /// and takes one chunk of the step's high-water, rounded up to a power-of-two granule of at
+  /// most 1/64 of it. Pre: every chunk is empty for the new epoch. If the upstream fails, no
+  /// chunk is left (the next step takes chunks as the first did).
+  void resize_to_step(std::size_t used) noexcept {
+    std::size_t high = 0;
+    for (std::size_t i = 0; i < used; ++i) high += chunks_[i].high;
+    const std::size_t granule = std::max(default_alignment, std::bit_floor(high) >> 6);
+    const std::size_t size = std::max(chunk_bytes_, align_up(high, granule));
+    // Keep chunk 0's record (and its block capacity), with the largest capacity moved into it.
+    for (std::size_t i = 1; i < used; ++i)
+      if (chunks_[i].blocks.capacity() > chunks_[0].blocks.capacity()) std::swap(chunks_[0].blocks, chunks_[i].blocks);
+    for (auto& c : chunks_) give_back(c);
+    chunks_.erase(chunks_.begin() + 1, chunks_.end());
+    auto& c = chunks_[0];
+    void* base = nullptr;
+    try {
+      base = upstream_.allocate(stream_, size, default_alignment);
+    } catch (...) {  // out of memory or an upstream error: no chunk; the next step takes chunks again
+      chunks_.clear();
+      return;
+    }
+    c.base = static_cast<char*>(base);
+    c.bytes = size;
+    c.top = c.high = 0;
+    c.blocks.clear();
+    c.epoch = epoch_;
+    c.born = epoch_ - 1;  // taken by the reset that ended step epoch_ - 1 (its pointers are use_after_reset)
+    stats_.reserved_bytes += size;
+    stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+    ++stats_.upstream_allocations;
+    observer_.on_grow(base, size);
   }
 
   void deallocate_slow(void* p, std::size_t bytes) noexcept {
@@ -400,6 +459,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   std::size_t chunk_bytes_;
   std::vector<detail::arena_chunk> chunks_;  // in the order a step uses them
   std::size_t current_ = 0;                  // the chunk being bumped; chunks above it hold nothing live
+  std::size_t step_last_ = 0;                // the highest chunk used in this step (current_ <= step_last_)
   std::uint64_t epoch_ = 0;                  // the step; bumped by reset()
   // live_bytes == sum of live block footprints (current epoch); reserved_bytes == sum of chunk bytes
   vram::stats stats_{};

@@ -61,7 +61,9 @@ using default_spill_source = host_source;
 ///   is ever taken from the device). Requests up to 32 KiB come from size classes (powers of
 ///   two from 256 B): a slab is one page with a bitmap of its blocks, and each class keeps a
 ///   list of its slabs with a free block, so a hit is O(1). Larger requests take a run of whole
-///   pages (best fit over a size-ordered index of free runs, O(log n), merged on free).
+///   pages (best fit over a size-ordered index of free runs, O(log n), merged on free); single
+///   pages (a new slab, a request of 32..64 KiB) come from a cache of 64 free pages in O(1),
+///   flushed into the runs (merged) when a larger run is not found.
 /// - When the budget cannot serve a request, the pressure callback (if any) runs first, so the
 ///   caller may free or evict cold data; if it returns true the device is tried again. Then
 ///   the request is served from `Spill` (cuda_pinned_source by default: mapped host memory
@@ -219,7 +221,7 @@ class budget_slab {
     if (pg.type == page::kind::run_head) return off == 0;
     if (pg.type != page::kind::slab) return false;
     std::size_t cb = detail::slab::class_bytes(pg.cls);
-    return off % cb == 0 && bit(pg, off / cb);
+    return (off & (cb - 1)) == 0 && bit(pg, off >> detail::slab::class_shift(pg.cls));
   }
 
   /// Runs before spilling with the bytes requested; may free memory of this slab (or evict
@@ -266,6 +268,17 @@ class budget_slab {
       if (pages_[first].type == page::kind::slab || pages_[first].type == page::kind::run_head)
         fail("a free run starts at a used page");
     }
+    std::size_t free_pages = 0;
+    for (auto [first, n] : runs_.by_address()) free_pages += n;
+    for (const std::size_t* c = runs_.cached_begin(); c != runs_.cached_end(); ++c) {
+      if (*c >= page_count_) fail("a cached free page outside the budget");
+      if (covered[*c]) fail("a cached free page is also in a run (or cached twice)");
+      if (pages_[*c].type == page::kind::slab || pages_[*c].type == page::kind::run_head)
+        fail("a cached free page is in use");
+      covered[*c] = 1;
+      ++free_pages;
+    }
+    if (free_pages != runs_.free_pages()) fail("free page count != runs + cached pages");
     for (std::size_t i = 0; i < page_count_; ++i) {
       const page& pg = pages_[i];
       if (covered[i] == 1) continue;
@@ -367,7 +380,7 @@ class budget_slab {
         fresh.type = page::kind::slab;
         fresh.cls = static_cast<std::uint8_t>(cls);
         link(cls, i);
-        free_class_blocks_ += ds::page_bytes / ds::class_bytes(cls);
+        free_class_blocks_ += ds::class_blocks(cls);
       }
       page& pg = pages_[i];
       std::size_t k = 0;
@@ -379,7 +392,7 @@ class budget_slab {
         }
       }
       std::size_t cb = ds::class_bytes(cls);
-      if (++pg.used == ds::page_bytes / cb) unlink(cls, i);
+      if (++pg.used == ds::class_blocks(cls)) unlink(cls, i);
       --free_class_blocks_;
       note_device_alloc(cb, bytes);
       return base_ + i * ds::page_bytes + k * cb;
@@ -403,20 +416,20 @@ class budget_slab {
     page& pg = pages_[i];
     if (pg.type == page::kind::slab) {
       std::size_t cb = ds::class_bytes(pg.cls);
-      std::size_t k = off / cb;
-      if (off % cb != 0) return report_misuse({misuse::foreign_pointer, name(), p, bytes, 0});
+      std::size_t k = off >> ds::class_shift(pg.cls);
+      if ((off & (cb - 1)) != 0) return report_misuse({misuse::foreign_pointer, name(), p, bytes, 0});
       if (!bit(pg, k)) return report_misuse({misuse::double_free, name(), p, bytes, 0});
       std::size_t need = std::max(bytes, align);
       if (need > ds::max_class || ds::class_of(need) != pg.cls)
         return report_misuse({misuse::wrong_size, name(), p, bytes, cb});
       pg.bits[k / 64] &= ~(std::uint64_t{1} << (k % 64));
-      if (pg.used-- == ds::page_bytes / cb) link(pg.cls, i);
+      if (pg.used-- == ds::class_blocks(pg.cls)) link(pg.cls, i);
       ++free_class_blocks_;
       note_device_free(cb, bytes);
       // An empty slab goes back to the pages, unless it is its class's last one (no thrash).
       if (pg.used == 0 && !(partial_[pg.cls] == i && pg.next == ds::none)) {
         unlink(pg.cls, i);
-        free_class_blocks_ -= ds::page_bytes / cb;
+        free_class_blocks_ -= ds::class_blocks(pg.cls);
         pg.type = page::kind::freed;
         give_pages(i, 1);
       }

@@ -23,6 +23,7 @@ struct arena_block {
 ///   blocks[i].offset <  blocks[i].end <= blocks[i+1].offset   (allocation order == address order)
 ///   top == blocks.empty() ? 0 : blocks.back().end <= bytes
 ///   blocks.empty() || blocks.back().live                       (no dead block on top)
+///   top <= high <= bytes
 struct arena_chunk {
   char* base = nullptr;
   std::size_t bytes = 0;
@@ -30,6 +31,7 @@ struct arena_chunk {
   std::uint64_t epoch = 0;  // the step in which blocks/top were last valid
   std::uint64_t born = 0;   // the step in which the chunk was taken from the upstream
   std::vector<arena_block> blocks;
+  std::size_t high = 0;     // the highest top of the step (epoch): what the step needed of this chunk
 
   [[nodiscard]] bool contains(const void* p) const noexcept {
     auto a = reinterpret_cast<std::uintptr_t>(p), b = reinterpret_cast<std::uintptr_t>(base);
@@ -42,6 +44,7 @@ struct arena_chunk {
     if (epoch == now) return;
     epoch = now;
     top = 0;
+    high = 0;
     blocks.clear();
   }
 

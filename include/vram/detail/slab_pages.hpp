@@ -41,6 +41,13 @@ static_assert(max_blocks % 64 == 0, "whole bitmap words");
   return bytes <= min_class ? 0 : static_cast<std::size_t>(std::bit_width(bytes - 1)) - std::bit_width(min_class - 1);
 }
 [[nodiscard]] constexpr std::size_t class_bytes(std::size_t cls) noexcept { return min_class << cls; }
+/// log2(class_bytes(cls)): block index == offset >> class_shift (shifts, not divisions, on the hot path).
+[[nodiscard]] constexpr std::size_t class_shift(std::size_t cls) noexcept {
+  return static_cast<std::size_t>(std::countr_zero(min_class)) + cls;
+}
+/// Blocks in a slab of class cls == page_bytes / class_bytes(cls).
+[[nodiscard]] constexpr std::size_t class_blocks(std::size_t cls) noexcept { return max_blocks >> cls; }
+static_assert(std::size_t{1} << class_shift(3) == class_bytes(3) && class_blocks(3) * class_bytes(3) == page_bytes);
 static_assert(class_of(1) == 0 && class_of(256) == 0 && class_of(257) == 1 && class_of(max_class) == class_count - 1);
 
 /// One page of the budget.
@@ -58,57 +65,122 @@ struct page {
   std::uint64_t bits[bitmap_words] = {};  // slab: 1 = live block
 };
 
-/// The free runs of pages, by address (for merging) and by size (for best fit): O(log n).
-///   sum(count) over runs == free pages;  runs never touch (merged on insert)
+/// The free runs of pages, by address (for merging) and by size (for best fit): O(log n);
+/// in front of them a small cache of free single pages, so that the common one-page take and
+/// give (a new slab, a 64 KiB request) are O(1) and allocate nothing.
+///   sum(count) over runs + cached == free pages;  runs never touch (merged on insert)
+/// Cached pages are not merged with their neighbours: when a take finds no run, the cache is
+/// flushed into the runs (merging) and the take retried, so a run is found whenever one exists.
 class free_runs {
  public:
+  /// Single pages kept out of the maps (4 MiB of a budget at most).
+  static constexpr std::size_t cache_capacity = 64;
+
   /// Takes a run of n pages (best fit, lowest address among equals); none when no run fits.
+  /// May throw bad_alloc (a map node) with nothing changed.
   std::size_t take(std::size_t n) {
+    if (n == 1 && cached_ != 0) {
+      --free_pages_;
+      return cache_[--cached_];
+    }
+    std::size_t first = take_run(n);
+    if (first == none && cached_ != 0) {
+      flush();
+      first = take_run(n);
+    }
+    return first;
+  }
+
+  /// Gives back [first, first + n), merging with free neighbours (a single page goes to the
+  /// cache while it has room). May throw bad_alloc (a map node) with nothing changed.
+  void give(std::size_t first, std::size_t n) {
+    if (n == 1 && cached_ < cache_capacity) {
+      cache_[cached_++] = first;
+      ++free_pages_;
+      return;
+    }
+    give_run(first, n);
+    free_pages_ += n;
+  }
+
+  [[nodiscard]] std::size_t free_pages() const noexcept { return free_pages_; }
+  /// Free runs as the caller sees them: each cached page counts as one.
+  [[nodiscard]] std::size_t runs() const noexcept { return by_address_.size() + cached_; }
+  /// The largest run that take() can find without flushing (a cached page counts as one).
+  [[nodiscard]] std::size_t largest() const noexcept {
+    std::size_t l = by_size_.empty() ? 0 : by_size_.rbegin()->first;
+    return l == 0 && cached_ != 0 ? 1 : l;
+  }
+  [[nodiscard]] const std::map<std::size_t, std::size_t>& by_address() const noexcept { return by_address_; }
+  [[nodiscard]] const std::size_t* cached_begin() const noexcept { return cache_; }
+  [[nodiscard]] const std::size_t* cached_end() const noexcept { return cache_ + cached_; }
+
+ private:
+  std::size_t take_run(std::size_t n) {
     auto it = by_size_.lower_bound({n, 0});
     if (it == by_size_.end()) return none;
     auto [count, first] = *it;
+    if (count > n) {  // the remainder's nodes first: a bad_alloc then changes nothing
+      auto a = by_address_.emplace(first + n, count - n).first;
+      try {
+        by_size_.emplace(count - n, first + n);
+      } catch (...) {
+        by_address_.erase(a);
+        throw;
+      }
+    }
     by_size_.erase(it);
     by_address_.erase(first);
-    if (count > n) insert(first + n, count - n);
     free_pages_ -= n;
     return first;
   }
 
-  /// Gives back [first, first + n), merging with free neighbours.
-  void give(std::size_t first, std::size_t n) {
-    free_pages_ += n;
+  /// Merges [first, first + n) into the runs. Pre: none of its pages is free.
+  void give_run(std::size_t first, std::size_t n) {
+    std::size_t merged_first = first, merged_n = n;
     auto next = by_address_.find(first + n);
+    auto after = by_address_.lower_bound(first);
+    auto prev = by_address_.end();
+    if (after != by_address_.begin() && std::prev(after)->first + std::prev(after)->second == first)
+      prev = std::prev(after);
+    if (prev != by_address_.end()) merged_first = prev->first, merged_n += prev->second;
+    if (next != by_address_.end()) merged_n += next->second;
+    // The merged run's nodes first (they may throw), then the old ones go (they cannot).
+    auto sz = by_size_.emplace(merged_n, merged_first).first;
+    if (prev == by_address_.end()) {
+      try {
+        by_address_.emplace(merged_first, merged_n);
+      } catch (...) {
+        by_size_.erase(sz);
+        throw;
+      }
+    } else {
+      by_size_.erase({prev->second, prev->first});
+      prev->second = merged_n;
+    }
     if (next != by_address_.end()) {
-      n += next->second;
       by_size_.erase({next->second, next->first});
       by_address_.erase(next);
     }
-    auto after = by_address_.lower_bound(first);
-    if (after != by_address_.begin()) {
-      auto prev = std::prev(after);
-      if (prev->first + prev->second == first) {
-        by_size_.erase({prev->second, prev->first});
-        first = prev->first;
-        n += prev->second;
-        by_address_.erase(prev);
-      }
-    }
-    insert(first, n);
   }
 
-  [[nodiscard]] std::size_t free_pages() const noexcept { return free_pages_; }
-  [[nodiscard]] std::size_t runs() const noexcept { return by_address_.size(); }
-  [[nodiscard]] std::size_t largest() const noexcept { return by_size_.empty() ? 0 : by_size_.rbegin()->first; }
-  [[nodiscard]] const std::map<std::size_t, std::size_t>& by_address() const noexcept { return by_address_; }
-
- private:
-  void insert(std::size_t first, std::size_t n) {
-    by_address_.emplace(first, n);
-    by_size_.emplace(n, first);
+  /// Moves the cached pages into the runs (merging). A page whose node cannot be allocated
+  /// stays cached.
+  void flush() noexcept {
+    while (cached_ != 0) {
+      try {
+        give_run(cache_[cached_ - 1], 1);
+      } catch (...) {
+        return;
+      }
+      --cached_;
+    }
   }
 
   std::map<std::size_t, std::size_t> by_address_;           // first page -> count
   std::set<std::pair<std::size_t, std::size_t>> by_size_;  // (count, first page)
+  std::size_t cache_[cache_capacity] = {};                 // free single pages, not in the maps
+  std::size_t cached_ = 0;
   std::size_t free_pages_ = 0;
 };
 
