@@ -18,3 +18,5 @@ endforeach()
 add_library(vram_header_check OBJECT ${cxx_units} ${cuda_units})
 target_link_libraries(vram_header_check PRIVATE vram::vram)
 target_compile_options(vram_header_check PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror>)
+# One device architecture is enough to prove a header compiles under nvcc (and halves the time).
+set_target_properties(vram_header_check PROPERTIES CUDA_ARCHITECTURES 90)
