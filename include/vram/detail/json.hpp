@@ -35,6 +35,16 @@ class json_error : public std::runtime_error {
 };
 
 /// One JSON value. Objects keep their members in a sorted map (duplicate keys: last wins).
+/// `v` as int64, saturated at the type's limits (NaN gives 0): casting a double outside the
+/// range is undefined behaviour, and trace files may hold any number (found by fuzzing).
+[[nodiscard]] inline std::int64_t saturate_to_int64(double v) noexcept {
+  constexpr double limit = 9.2e18;  // just inside +-2^63
+  if (v != v) return 0;
+  if (v >= limit) return INT64_MAX;
+  if (v <= -limit) return INT64_MIN;
+  return static_cast<std::int64_t>(v);
+}
+
 struct json_value {
   enum class kind : std::uint8_t { null, boolean, number, string, array, object };
   kind type = kind::null;
@@ -58,7 +68,7 @@ struct json_value {
     return it == object.end() ? nullptr : &it->second;
   }
   /// The number as int64 (integral literals exactly; others truncated).
-  [[nodiscard]] std::int64_t as_int() const noexcept { return integral ? integer : static_cast<std::int64_t>(number); }
+  [[nodiscard]] std::int64_t as_int() const noexcept { return integral ? integer : saturate_to_int64(number); }
 };
 
 class json_reader {

@@ -309,14 +309,14 @@ inline trace read_kineto(std::string_view text, const std::string& source) {
     const auto* index = args->find("Ev Idx");
     const auto* reserved = args->find("Total Reserved");
     const auto* allocated = args->find("Total Allocated");
-    records.push_back({static_cast<std::int64_t>(ts != nullptr && ts->is_number() ? ts->number * 1000.0 : 0.0),
+    records.push_back({vram::detail::saturate_to_int64(ts != nullptr && ts->is_number() ? ts->number * 1000.0 : 0.0),
                        index != nullptr && index->is_number() ? index->as_int() : 0,
                        static_cast<std::uint64_t>(addr->integer), n,
                        reserved != nullptr && reserved->is_number() && reserved->number >= 0
-                           ? static_cast<std::int64_t>(reserved->number)
+                           ? vram::detail::saturate_to_int64(reserved->number)
                            : -1,
                        allocated != nullptr && allocated->is_number() && allocated->number >= 0
-                           ? static_cast<std::int64_t>(allocated->number)
+                           ? vram::detail::saturate_to_int64(allocated->number)
                            : -1});
   };
   auto events_array = [&] {
@@ -418,7 +418,7 @@ inline trace read_rmm_csv(std::string_view text, const std::string& source) {
         seconds = seconds * 60 + part;
         if (!(in >> colon) || colon != ':') break;
       }
-      t = static_cast<std::int64_t>(seconds * 1e9);
+      t = vram::detail::saturate_to_int64(seconds * 1e9);
     }
     auto action = f[std::size_t(c_action)];
     if (action == "allocate") b.alloc(ptr, size, stream, t);
