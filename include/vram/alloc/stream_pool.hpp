@@ -9,11 +9,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <memory_resource>
 #include <mutex>
 #include <new>
 #include <optional>
-#include <set>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -28,6 +26,7 @@
 #include <vram/core/stats.hpp>
 #include <vram/core/stream_ref.hpp>
 #include <vram/detail/pool_flat_map.hpp>
+#include <vram/detail/pool_free_index.hpp>
 #include <vram/detail/pool_size_classes.hpp>
 #include <vram/detail/pool_spin_lock.hpp>
 #include <vram/detail/pool_stream_marker.hpp>
@@ -123,7 +122,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       detail::throw_invalid_argument(name(), "small_max above the largest size class (1 MiB)");
     if (options_.maximum_size != 0 && options_.initial_size > options_.maximum_size)
       detail::throw_invalid_argument(name(), "initial_size above maximum_size");
-    streams_[0];  // present from the start: merging iterates streams_ while keying blocks to 0
+    info0_ = &streams_[0];  // present from the start: merging iterates streams_ while keying blocks to 0
     if constexpr (has_contiguous_growth<Upstream>) {
       contiguous_ = upstream_.contiguous();
       granularity_ = std::max(quantum, upstream_.granularity());
@@ -149,7 +148,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     flush_lanes();
     if (live_bytes_.load() != 0) report_misuse({misuse::live_at_destruction, name(), nullptr, live_bytes_.load(), 0});
     for (auto& [key, info] : streams_) {
-      if (key == 0 || info.free_blocks == 0) continue;
+      if (key == 0 || info.index.empty()) continue;
       try {
         info.stream.record().make_wait(stream_ref{});
       } catch (...) {
@@ -344,7 +343,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
             ++free_count;
             free_bytes += b->size;
             ++free_per_stream[b->stream];
-            if (!free_.contains(free_key{b->stream, b->size, b->addr, nullptr})) fail("free block not indexed");
+            if (!streams_.at(b->stream).index.contains(b)) fail("free block not indexed");
             if (b->next && b->next->state == block_state::free && b->next->stream == b->stream)
               fail("adjacent free blocks with one key not coalesced");
             break;
@@ -359,7 +358,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       if (last != c->last || at != c->addr + c->size) fail("chunk tail");
     }
     if (reserved != reserved_) fail("chunk sizes != reserved");
-    if (free_count != free_.size() || free_bytes != free_bytes_) fail("free index disagrees with the blocks");
+    if (free_count != free_count_ || free_bytes != free_bytes_) fail("free index disagrees with the blocks");
     std::size_t lane_live = 0, lane_cached = 0;
     for_each_lane([&](lane& l) {
       std::size_t in_map_cached = 0, requested = 0;
@@ -390,7 +389,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     if (heap_live_.size() != live_count) fail("heap live map disagrees with the blocks");
     if (lane_live + lane_cached != lane_blocks) fail("lanes disagree with the blocks");
     for (auto& [key, info] : streams_)
-      if (info.free_blocks != free_per_stream[key]) fail("per-stream free counts");
+      if (info.index.size() != free_per_stream[key]) fail("per-stream free counts");
 #endif
   }
 
@@ -407,20 +406,6 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   struct chunk;
   struct block;
 
-  /// The best-fit index: free blocks ordered by (stream key, size, address).
-  struct free_key {
-    std::uintptr_t stream;
-    std::size_t size;
-    std::uintptr_t addr;
-    block* b;
-    friend bool operator<(const free_key& x, const free_key& y) noexcept {
-      if (x.stream != y.stream) return x.stream < y.stream;
-      if (x.size != y.size) return x.size < y.size;
-      return x.addr < y.addr;
-    }
-  };
-  using free_index = std::pmr::set<free_key>;
-
   /// A block of a chunk, host-side. Within a chunk, blocks are linked in address order and
   /// tile it: first->addr == chunk.addr, b->addr + b->size == b->next->addr.
   struct block {
@@ -434,7 +419,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     std::uint64_t epoch = 0;    // free: the stream's free counter when it was freed
     block_state state = block_state::free;
     bool cached = false;        // lane-owned: in a bin (written and read under the lane's lock only)
-    typename free_index::iterator where{};  // free: its entry in the index (erase without a search)
+    block* free_prev = nullptr;  // free: links of its stream key's best-fit index
+    block* free_next = nullptr;
   };
 
   /// A range held from the upstream (with a contiguous upstream, adjacent ranges are one chunk).
@@ -449,7 +435,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   /// What the heap knows about a stream that freed blocks.
   struct stream_info {
     detail::pool_stream stream;
-    std::size_t free_blocks = 0;   // free blocks keyed to this stream (== entries in free_)
+    detail::pool_free_index<block> index;  // its free blocks (key 0: usable by every stream)
     std::uint64_t epoch = 0;       // incremented per free on this stream
     std::optional<detail::pool_marker> pending;  // recorded at steal or merge time
     std::uint64_t pending_epoch = 0;             // blocks with epoch <= this precede `pending`
@@ -601,12 +587,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     st.total_allocations = heap_allocations_;
     st.total_deallocations = heap_deallocations_;
     st.free_bytes = free_bytes_;
-    st.free_blocks = free_.size();
-    for (auto& [key, info] : streams_) {
-      if (info.free_blocks == 0) continue;
-      auto it = free_.lower_bound(free_key{key + 1, 0, 0, nullptr});
-      st.largest_free_block = std::max(st.largest_free_block, std::prev(it)->size);
-    }
+    st.free_blocks = free_count_;
+    for (auto& [key, info] : streams_)
+      if (const block* b = info.index.largest()) st.largest_free_block = std::max(st.largest_free_block, b->size);
     for_each_lane([&](lane& l) {
       st.total_allocations += l.allocations;
       st.total_deallocations += l.deallocations;
@@ -633,6 +616,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   stream_info& stream_for(std::uintptr_t key) { return info_of(key); }
   /// streams_[key], remembering the last key looked up (unordered_map nodes are stable).
   stream_info& info_of(std::uintptr_t key) {
+    if (key == 0) return *info0_;
     if (key != last_info_key_ || last_info_ == nullptr) {
       last_info_ = &streams_[key];
       last_info_key_ = key;
@@ -655,14 +639,14 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   void index_insert(block* b) {
     b->state = block_state::free;
-    b->where = free_.insert(free_key{b->stream, b->size, b->addr, b}).first;
+    info_of(b->stream).index.insert(b);
     free_bytes_ += b->size;
-    ++info_of(b->stream).free_blocks;
+    ++free_count_;
   }
   void index_erase(block* b) noexcept {
-    free_.erase(b->where);
+    info_of(b->stream).index.erase(b);
     free_bytes_ -= b->size;
-    --info_of(b->stream).free_blocks;
+    --free_count_;
   }
 
   /// Whether free neighbour n may join a free block keyed `key`: the same key, or (`widen`)
@@ -720,27 +704,26 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   /// the top of the highest chunk (the "wilderness", which in-place growth extends) is taken
   /// only when no other block fits: carving small blocks out of it would pin the top and
   /// make the next large request grow instead of extending it.
-  typename std::pmr::set<free_key>::const_iterator fit(std::uintptr_t key, std::size_t need) const {
-    auto it = free_.lower_bound(free_key{key, need, 0, nullptr});
-    if (it == free_.end() || it->stream != key) return free_.end();
-    if (is_wilderness(it->b))
-      if (auto next = std::next(it); next != free_.end() && next->stream == key) return next;
-    return it;
+  block* fit(std::uintptr_t key, std::size_t need) {
+    const auto& index = info_of(key).index;
+    block* b = index.best_fit(need);
+    if (b != nullptr && is_wilderness(b))
+      if (block* next = index.next(b)) return next;
+    return b;
   }
 
   /// The smallest adequate block usable on `key` without waiting (its own or global).
-  block* find_fit(std::uintptr_t key, std::size_t need) const {
-    auto own = fit(key, need);
-    if (key == 0) return own == free_.end() ? nullptr : own->b;
-    auto any = fit(0, need);
-    if (own == free_.end()) return any == free_.end() ? nullptr : any->b;
-    if (any == free_.end()) return own->b;
+  block* find_fit(std::uintptr_t key, std::size_t need) {
+    block* any = fit(0, need);
+    if (key == 0) return any;
+    block* own = fit(key, need);
+    if (own == nullptr || any == nullptr) return own != nullptr ? own : any;
     // As if one index held both: the smaller block wins, then the lower address; the
     // wilderness loses to any other block.
-    bool own_first = is_wilderness(own->b) != is_wilderness(any->b)
-                         ? !is_wilderness(own->b)
+    bool own_first = is_wilderness(own) != is_wilderness(any)
+                         ? !is_wilderness(own)
                          : (own->size != any->size ? own->size < any->size : own->addr < any->addr);
-    return own_first ? own->b : any->b;
+    return own_first ? own : any;
   }
   bool is_wilderness(const block* b) const noexcept { return contiguous_ && b == chunks_.rbegin()->second->last; }
 
@@ -748,9 +731,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   block* steal(std::uintptr_t key, std::size_t need, std::optional<detail::pool_marker>& wait_on) {
     block* best = nullptr;
     for (auto& [k, info] : streams_) {
-      if (k == key || k == 0 || info.free_blocks == 0) continue;
-      auto it = fit(k, need);
-      if (it != free_.end() && (best == nullptr || it->size < best->size)) best = it->b;
+      if (k == key || k == 0 || info.index.empty()) continue;
+      block* b = fit(k, need);
+      if (b != nullptr && (best == nullptr || b->size < best->size)) best = b;
     }
     if (best == nullptr) return nullptr;
     auto& info = info_of(best->stream);
@@ -767,15 +750,16 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   void merge_idle_streams() {
     for (auto& [k, info] : streams_) {
       // Two rounds: an old marker may cover only some blocks; a fresh one covers the rest.
-      for (int round = 0; round < 2 && k != 0 && info.free_blocks != 0; ++round) {
+      for (int round = 0; round < 2 && k != 0 && !info.index.empty(); ++round) {
         if (!info.pending) {
           info.pending = info.stream.record();
           info.pending_epoch = info.epoch;
         }
         if (!info.pending->query()) break;
         std::vector<block*> ready;
-        for (auto it = free_.lower_bound(free_key{k, 0, 0, nullptr}); it != free_.end() && it->stream == k; ++it)
-          if (it->b->epoch <= info.pending_epoch) ready.push_back(it->b);
+        info.index.for_each([&](block* b) {
+          if (b->epoch <= info.pending_epoch) ready.push_back(b);
+        });
         info.pending.reset();
         for (block* b : ready) {  // only key-0 neighbours join: blocks still keyed k wait their turn
           index_erase(b);
@@ -943,7 +927,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   /// Gives back what release() promises; returns the bytes released.
   std::size_t release_locked() {
     std::vector<block*> candidates;
-    for (auto it = free_.begin(); it != free_.end() && it->stream == 0; ++it) candidates.push_back(it->b);
+    info0_->index.for_each([&](block* b) { candidates.push_back(b); });
     std::size_t released = 0;
     for (block* b : candidates) {
       chunk* c = b->owner;
@@ -1106,18 +1090,20 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   // The heap, guarded by heap_mutex_. Lock order: heap_mutex_, then a lane's lock.
   mutable std::mutex heap_mutex_;
-  std::pmr::unsynchronized_pool_resource index_nodes_;  // recycles free_'s nodes (guarded by heap_mutex_)
-  std::pmr::set<free_key> free_{&index_nodes_};  // free blocks; sum of sizes == free_bytes_
+  // Free blocks are indexed per stream key (stream_info::index); free_count_ of them in all,
+  // their sizes sum to free_bytes_.
   std::map<std::uintptr_t, chunk*> chunks_;      // by address; sum of sizes == reserved_
   live_map heap_live_;                           // live blocks not served by a lane
   std::unordered_map<std::uintptr_t, stream_info> streams_;
-  stream_info* last_info_ = nullptr;  // info_of's memo: &streams_[last_info_key_]
+  stream_info* info0_ = nullptr;      // &streams_[0] (nodes of an unordered_map are stable)
+  stream_info* last_info_ = nullptr;  // info_of's memo: &streams_[last_info_key_], a stream's key
   std::uintptr_t last_info_key_ = 0;
   block* spare_ = nullptr;                       // recycled block nodes
   // reserved_ == live_bytes_ + free_bytes_ + sum of lanes' cached_bytes
   std::size_t reserved_ = 0;
   std::size_t peak_reserved_ = 0;
   std::size_t free_bytes_ = 0;
+  std::size_t free_count_ = 0;
   std::size_t heap_requested_ = 0;  // == sum of `requested` of heap-live blocks
   std::size_t heap_peak_requested_ = 0;
   std::size_t heap_allocations_ = 0;
