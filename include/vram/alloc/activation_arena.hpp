@@ -100,7 +100,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   activation_arena& operator=(activation_arena&&) = delete;
 
   ~activation_arena() {
-    if (stats_.live_allocations != 0)
+    if (live_count() != 0)
       report_misuse({misuse::live_at_destruction, name(), nullptr, stats_.live_bytes, 0});
     for (auto& c : chunks_) give_back(c);
   }
@@ -110,40 +110,43 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// Allocates `bytes` on the arena's stream. Throws invalid_argument for a bad alignment, an
   /// absurd size or another stream; out_of_memory when the upstream cannot provide a chunk.
   [[nodiscard]] void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
-    detail::check_request(name(), bytes, align);
-    if (!(s == stream_)) [[unlikely]]
-      detail::throw_invalid_argument(name(), "allocate on a stream other than the arena's (see the class comment)");
-    if (bytes == 0) return nullptr;
-    std::size_t footprint = align_up(bytes, default_alignment);
-    if (!chunks_.empty()) [[likely]] {
-      if (void* p = bump(chunks_[current_], bytes, footprint, align)) [[likely]]
-        return p;
+    // The hot path: the default alignment, 0 < bytes <= max_request_bytes (one unsigned
+    // compare), the arena's stream, room in the current chunk. Everything else, checks and
+    // errors included, is in allocate_slow.
+    if (bytes - 1 < max_request_bytes && align == default_alignment && s == stream_ && !chunks_.empty()) [[likely]] {
+      auto& c = chunks_[current_];
+      const std::size_t footprint = align_up(bytes, default_alignment);
+      if (c.bytes - c.top >= footprint && !c.blocks.full()) [[likely]] {
+        c.blocks.push_unchecked({c.top, bytes, true});
+        return commit(c, c.top, bytes, footprint);
+      }
     }
-    return allocate_slow(bytes, footprint, align);
+    return allocate_slow(s, bytes, align);
   }
 
   /// Frees a block on the arena's stream. LIFO order is O(1); any order is tolerated.
   void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t = default_alignment) noexcept {
-    if (p == nullptr) return;
-    if (!(s == stream_)) [[unlikely]] {
-      report_misuse({misuse::wrong_stream, name(), p, bytes, 0});
-      return;
-    }
-    if (!chunks_.empty()) [[likely]] {
+    // The hot path: the last block of the current chunk, freed on the arena's stream with its
+    // size (p == nullptr never matches: a chunk base is not null).
+    if (s == stream_ && !chunks_.empty()) [[likely]] {
       auto& c = chunks_[current_];
-      if (!c.blocks.empty()) {
-        auto& b = c.blocks.back();
+      if (!c.blocks.empty()) [[likely]] {
+        const auto& b = c.blocks.back();
         if (c.base + b.offset == p && b.requested == bytes) [[likely]] {
-          account_free(b);
+          note_free(bytes);
           c.blocks.pop_back();
-          c.pop_dead();
-          if (c.blocks.empty()) step_back();
+          if (c.blocks.empty() || !c.blocks.back().live) [[unlikely]] {
+            c.pop_dead();
+            if (c.blocks.empty()) step_back();
+          } else {
+            c.top = c.blocks.back().end();
+          }
           observer_.on_deallocate(p, bytes, stream_);
           return;
         }
       }
     }
-    deallocate_slow(p, bytes);
+    deallocate_slow(s, p, bytes);
   }
 
   [[nodiscard]] void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) {
@@ -170,14 +173,14 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     for (std::size_t i = current_; i > m.chunk; --i) {
       auto& c = chunks_[i];
       for (const auto& b : c.blocks)
-        if (b.live) account_free(b);
+        if (b.live) note_free(b.requested);
       c.blocks.clear();
       c.top = 0;
     }
     current_ = m.chunk;
     auto& c = chunks_[current_];
     while (!c.blocks.empty() && c.blocks.back().offset >= m.offset) {
-      if (c.blocks.back().live) account_free(c.blocks.back());
+      if (c.blocks.back().live) note_free(c.blocks.back().requested);
       c.blocks.pop_back();
     }
     c.pop_dead();
@@ -190,8 +193,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   void reset() noexcept {
     const std::size_t used = step_last_ + 1;  // chunks 0..step_last_ were used in this step
     ++epoch_;
-    stats_.total_deallocations += stats_.live_allocations;
-    stats_.live_allocations = 0;
+    stats_.total_deallocations = stats_.total_allocations;  // every live block is freed
     stats_.live_bytes = 0;
     stats_.requested_bytes = 0;
     current_ = 0;
@@ -202,7 +204,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
 
   /// Gives the chunks that hold nothing live back to the upstream; returns the bytes released.
   std::size_t release() noexcept {
-    std::size_t keep = stats_.live_allocations == 0 ? 0 : current_ + 1;
+    std::size_t keep = live_count() == 0 ? 0 : current_ + 1;
     std::size_t bytes = 0;
     for (std::size_t i = keep; i < chunks_.size(); ++i) {
       bytes += chunks_[i].bytes;
@@ -227,6 +229,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// live/requested/reserved bytes and their peaks, counts, free space. O(chunks).
   [[nodiscard]] vram::stats stats() const noexcept {
     vram::stats s = stats_;
+    s.live_allocations = live_count();
     s.free_bytes = s.reserved_bytes - s.live_bytes;
     // Bumpable space: the rest of the current chunk and every chunk after it.
     for (std::size_t i = current_; i < chunks_.size(); ++i) {
@@ -256,22 +259,22 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       if (i > step_last_ && c.high != 0) fail("a chunk above the step's last one was used");
       std::size_t prev_end = 0;
       for (const auto& b : c.blocks) {
-        if (b.offset < prev_end || b.end <= b.offset || b.end > c.bytes) fail("blocks overlap or leave the chunk");
-        if (b.end - b.offset != align_up(b.requested, default_alignment)) fail("block footprint != rounded request");
-        prev_end = b.end;
-        if (b.live) live += b.end - b.offset, requested += b.requested, ++count;
+        if (b.offset < prev_end || b.requested == 0 || b.end() > c.bytes) fail("blocks overlap or leave the chunk");
+        prev_end = b.end();
+        if (b.live) live += b.end() - b.offset, requested += b.requested, ++count;
       }
       if (c.top != prev_end) fail("top != end of the last block");
       if (!c.blocks.empty() && !c.blocks.back().live) fail("a dead block on top of a chunk");
     }
-    if (live != stats_.live_bytes || requested != stats_.requested_bytes || count != stats_.live_allocations)
+    if (live != stats_.live_bytes || requested != stats_.requested_bytes || count != live_count())
       fail("live totals disagree with the blocks");
     if (reserved != stats_.reserved_bytes) fail("reserved_bytes != sum of chunk sizes");
     if (!chunks_.empty() && current_ >= chunks_.size()) fail("current chunk out of range");
     if (current_ > step_last_ || (!chunks_.empty() && step_last_ >= chunks_.size()) || (chunks_.empty() && step_last_ != 0))
       fail("current <= step_last < chunk count does not hold");
-    if (stats_.live_allocations != stats_.total_allocations - stats_.total_deallocations)
-      fail("live_allocations != total_allocations - total_deallocations");
+    if (stats_.total_deallocations > stats_.total_allocations) fail("more deallocations than allocations");
+    if (stats_.live_bytes > stats_.peak_live_bytes || stats_.requested_bytes > stats_.peak_requested_bytes)
+      fail("a live total above its peak");
 #endif
   }
 
@@ -287,28 +290,43 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
  private:
   [[noreturn]] static void fail(const char* what) { throw std::logic_error(std::string("activation_arena: ") + what); }
 
-  /// Bumps `bytes` into `c`, or returns nullptr when it does not fit.
-  void* bump(detail::arena_chunk& c, std::size_t bytes, std::size_t footprint, std::size_t align) {
-    std::size_t offset = c.top;
-    if (align > default_alignment) [[unlikely]]
-      offset = align_up(reinterpret_cast<std::uintptr_t>(c.base) + c.top, align) - reinterpret_cast<std::uintptr_t>(c.base);
-    if (offset > c.bytes || c.bytes - offset < footprint) return nullptr;
-    c.blocks.push_back({offset, offset + footprint, bytes, true});  // may throw bad_alloc: nothing changed yet
+  /// Records a block of `bytes` at `offset` of `c` (pre: it fits) and returns its address.
+  void* push(detail::arena_chunk& c, std::size_t offset, std::size_t bytes, std::size_t footprint) {
+    c.blocks.push_back({offset, bytes, true});  // may throw bad_alloc: nothing changed yet
+    return commit(c, offset, bytes, footprint);
+  }
+
+  /// The rest of push() once the block is recorded: top, high-water, counters, observer.
+  [[gnu::always_inline]] void* commit(detail::arena_chunk& c, std::size_t offset, std::size_t bytes,
+                                      std::size_t footprint) noexcept {
     c.top = offset + footprint;
     if (c.top > c.high) c.high = c.top;
-    stats_.live_bytes += footprint;
-    stats_.requested_bytes += bytes;
-    ++stats_.live_allocations;
-    ++stats_.total_allocations;
-    stats_.peak_live_bytes = std::max(stats_.peak_live_bytes, stats_.live_bytes);
-    stats_.peak_requested_bytes = std::max(stats_.peak_requested_bytes, stats_.requested_bytes);
+    note_alloc(bytes, footprint);
     void* p = c.base + offset;
     observer_.on_allocate(p, bytes, stream_);
     return p;
   }
 
-  /// The current chunk is full (or there is none): move to the next chunk, or take a new one.
-  void* allocate_slow(std::size_t bytes, std::size_t footprint, std::size_t align) {
+  /// Bumps `bytes` into `c` at any valid alignment, or returns nullptr when it does not fit.
+  void* bump(detail::arena_chunk& c, std::size_t bytes, std::size_t footprint, std::size_t align) {
+    std::size_t offset = c.top;
+    if (align > default_alignment)
+      offset = align_up(reinterpret_cast<std::uintptr_t>(c.base) + c.top, align) - reinterpret_cast<std::uintptr_t>(c.base);
+    if (offset > c.bytes || c.bytes - offset < footprint) return nullptr;
+    return push(c, offset, bytes, footprint);
+  }
+
+  /// Everything allocate()'s hot path does not take: argument checks and errors, zero bytes,
+  /// larger alignments, a full current chunk (move to the next one, or take a new one).
+  [[gnu::noinline]] void* allocate_slow(stream_ref s, std::size_t bytes, std::size_t align) {
+    detail::check_request(name(), bytes, align);
+    if (!(s == stream_)) [[unlikely]]
+      detail::throw_invalid_argument(name(), "allocate on a stream other than the arena's (see the class comment)");
+    if (bytes == 0) return nullptr;
+    const std::size_t footprint = align_up(bytes, default_alignment);
+    if (!chunks_.empty()) {
+      if (void* p = bump(chunks_[current_], bytes, footprint, align)) return p;
+    }
     std::size_t next = chunks_.empty() ? 0 : current_ + 1;
     if (next < chunks_.size()) {
       chunks_[next].refresh(epoch_);
@@ -382,7 +400,14 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     observer_.on_grow(base, size);
   }
 
-  void deallocate_slow(void* p, std::size_t bytes) noexcept {
+  /// Everything deallocate()'s hot path does not take: nullptr, another stream, a block that
+  /// is not the current chunk's last (out of order), misuse.
+  [[gnu::noinline]] void deallocate_slow(stream_ref s, void* p, std::size_t bytes) noexcept {
+    if (p == nullptr) return;
+    if (!(s == stream_)) {
+      report_misuse({misuse::wrong_stream, name(), p, bytes, 0});
+      return;
+    }
     // Search recent chunks first: out-of-order frees are usually near the top.
     std::size_t i = chunks_.size();
     for (std::size_t k = 0; k < chunks_.size(); ++k) {
@@ -422,7 +447,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       report_misuse({misuse::wrong_size, name(), p, bytes, b.requested});
       return;
     }
-    account_free(b);
+    note_free(bytes);
     b.live = false;
     if (k + 1 == c.blocks.size()) {
       c.pop_dead();
@@ -431,12 +456,21 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     observer_.on_deallocate(p, bytes, stream_);
   }
 
-  void account_free(const detail::arena_block& b) noexcept {
-    stats_.live_bytes -= b.end - b.offset;
-    stats_.requested_bytes -= b.requested;
-    --stats_.live_allocations;
+  // The counters the hot path keeps: live and requested bytes, their peaks, the two totals.
+  // live_allocations is derived (total_allocations - total_deallocations) in stats().
+  void note_alloc(std::size_t bytes, std::size_t footprint) noexcept {
+    stats_.live_bytes += footprint;
+    stats_.requested_bytes += bytes;
+    ++stats_.total_allocations;
+    stats_.peak_live_bytes = std::max(stats_.peak_live_bytes, stats_.live_bytes);
+    stats_.peak_requested_bytes = std::max(stats_.peak_requested_bytes, stats_.requested_bytes);
+  }
+  void note_free(std::size_t requested) noexcept {
+    stats_.live_bytes -= align_up(requested, default_alignment);
+    stats_.requested_bytes -= requested;
     ++stats_.total_deallocations;
   }
+  [[nodiscard]] std::size_t live_count() const noexcept { return stats_.total_allocations - stats_.total_deallocations; }
 
   /// The current chunk is empty: continue in the highest chunk below it that holds blocks, so
   /// their free tops are bumped into again.
@@ -461,7 +495,8 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   std::size_t current_ = 0;                  // the chunk being bumped; chunks above it hold nothing live
   std::size_t step_last_ = 0;                // the highest chunk used in this step (current_ <= step_last_)
   std::uint64_t epoch_ = 0;                  // the step; bumped by reset()
-  // live_bytes == sum of live block footprints (current epoch); reserved_bytes == sum of chunk bytes
+  // live_bytes == sum of live block footprints (current epoch); reserved_bytes == sum of chunk bytes;
+  // total_allocations - total_deallocations == live blocks (stats_.live_allocations is not kept)
   vram::stats stats_{};
 };
 

@@ -7,21 +7,64 @@
 #include <cstdint>
 #include <vector>
 
+#include <vram/core/alignment.hpp>
+
 namespace vram::detail {
 
-/// One block handed out by the arena, in allocation order inside its chunk.
+/// One block handed out by the arena, in allocation order inside its chunk (24 bytes: the
+/// hot path writes and reads one record per allocate + free).
 struct arena_block {
   std::size_t offset;     // from the chunk base
-  std::size_t end;        // offset + footprint (the footprint is the request rounded to default_alignment)
   std::size_t requested;  // what the caller asked for; a free must name the same size
   bool live;              // false: freed out of order, its space returns when everything above it is dead
+
+  /// offset + footprint (the footprint is the request rounded up to default_alignment).
+  [[nodiscard]] std::size_t end() const noexcept { return offset + align_up(requested, default_alignment); }
+};
+
+/// The blocks of a chunk, as a stack: a vector that keeps its storage across steps, with the
+/// count kept apart so that the hot path's push and pop are a store and an increment (no
+/// reallocation code inlined into them; std::vector::push_back's was not inlined at all).
+///   size() <= capacity();  [0, size()) are the chunk's blocks
+class block_stack {
+ public:
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::size_t capacity() const noexcept { return store_.size(); }
+  [[nodiscard]] bool full() const noexcept { return size_ == store_.size(); }
+  [[nodiscard]] arena_block& back() noexcept { return store_[size_ - 1]; }
+  [[nodiscard]] const arena_block& back() const noexcept { return store_[size_ - 1]; }
+  [[nodiscard]] arena_block& operator[](std::size_t i) noexcept { return store_[i]; }
+  [[nodiscard]] const arena_block& operator[](std::size_t i) const noexcept { return store_[i]; }
+  [[nodiscard]] const arena_block* begin() const noexcept { return store_.data(); }
+  [[nodiscard]] const arena_block* end() const noexcept { return store_.data() + size_; }
+
+  /// Pre: !full().
+  void push_unchecked(const arena_block& b) noexcept { store_[size_++] = b; }
+  /// May throw bad_alloc (growing), with nothing changed.
+  void push_back(const arena_block& b) {
+    if (full()) grow();
+    push_unchecked(b);
+  }
+  void pop_back() noexcept { --size_; }
+  void clear() noexcept { size_ = 0; }
+  /// May throw bad_alloc, with nothing changed.
+  void reserve(std::size_t n) {
+    if (n > store_.size()) store_.resize(n);
+  }
+
+ private:
+  [[gnu::noinline]] void grow() { store_.resize(store_.empty() ? 16 : 2 * store_.size()); }
+
+  std::vector<arena_block> store_;
+  std::size_t size_ = 0;
 };
 
 /// A chunk taken from the upstream.
 ///
 /// Invariants (current epoch only; a chunk of an older epoch is empty by definition):
-///   blocks[i].offset <  blocks[i].end <= blocks[i+1].offset   (allocation order == address order)
-///   top == blocks.empty() ? 0 : blocks.back().end <= bytes
+///   blocks[i].offset <  blocks[i].end() <= blocks[i+1].offset (allocation order == address order)
+///   top == blocks.empty() ? 0 : blocks.back().end() <= bytes
 ///   blocks.empty() || blocks.back().live                       (no dead block on top)
 ///   top <= high <= bytes
 struct arena_chunk {
@@ -30,7 +73,7 @@ struct arena_chunk {
   std::size_t top = 0;
   std::uint64_t epoch = 0;  // the step in which blocks/top were last valid
   std::uint64_t born = 0;   // the step in which the chunk was taken from the upstream
-  std::vector<arena_block> blocks;
+  block_stack blocks;
   std::size_t high = 0;     // the highest top of the step (epoch): what the step needed of this chunk
 
   [[nodiscard]] bool contains(const void* p) const noexcept {
@@ -62,7 +105,7 @@ struct arena_chunk {
   /// Pops dead blocks off the top, so their space can be bumped into again.
   void pop_dead() noexcept {
     while (!blocks.empty() && !blocks.back().live) blocks.pop_back();
-    top = blocks.empty() ? 0 : blocks.back().end;
+    top = blocks.empty() ? 0 : blocks.back().end();
   }
 };
 
