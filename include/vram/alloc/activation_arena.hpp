@@ -96,7 +96,10 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       : upstream_(std::move(o.upstream_)), observer_(std::move(o.observer_)), stream_(o.stream_),
         chunk_bytes_(o.chunk_bytes_), chunks_(std::exchange(o.chunks_, {})), current_(std::exchange(o.current_, 0)),
         step_last_(std::exchange(o.step_last_, 0)),
-        epoch_(o.epoch_), stats_(std::exchange(o.stats_, {})) {}
+        epoch_(o.epoch_), stats_(std::exchange(o.stats_, {})) {
+    sync_hot();
+    o.sync_hot();
+  }
   activation_arena& operator=(activation_arena&&) = delete;
 
   ~activation_arena() {
@@ -113,8 +116,8 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     // The hot path: the default alignment, 0 < bytes <= max_request_bytes (one unsigned
     // compare), the arena's stream, room in the current chunk. Everything else, checks and
     // errors included, is in allocate_slow.
-    if (bytes - 1 < max_request_bytes && align == default_alignment && s == stream_ && !chunks_.empty()) [[likely]] {
-      auto& c = chunks_[current_];
+    if (bytes - 1 < max_request_bytes && align == default_alignment && s == stream_ && hot_ != nullptr) [[likely]] {
+      auto& c = *hot_;
       const std::size_t footprint = align_up(bytes, default_alignment);
       if (c.bytes - c.top >= footprint && !c.blocks.full()) [[likely]] {
         c.blocks.push_unchecked({c.top, bytes, true});
@@ -128,8 +131,8 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t = default_alignment) noexcept {
     // The hot path: the last block of the current chunk, freed on the arena's stream with its
     // size (p == nullptr never matches: a chunk base is not null).
-    if (s == stream_ && !chunks_.empty()) [[likely]] {
-      auto& c = chunks_[current_];
+    if (s == stream_ && hot_ != nullptr) [[likely]] {
+      auto& c = *hot_;
       if (!c.blocks.empty()) [[likely]] {
         const auto& b = c.blocks.back();
         if (c.base + b.offset == p && b.requested == bytes) [[likely]] {
@@ -185,6 +188,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     }
     c.pop_dead();
     if (c.blocks.empty()) step_back();
+    sync_hot();
   }
 
   /// Ends a step: every live block is freed. O(1) when the step used one chunk (it is kept);
@@ -200,6 +204,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     step_last_ = 0;
     if (used > 1 && used <= chunks_.size()) resize_to_step(used);
     if (!chunks_.empty()) chunks_[0].refresh(epoch_);
+    sync_hot();
   }
 
   /// Gives the chunks that hold nothing live back to the upstream; returns the bytes released.
@@ -213,6 +218,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     chunks_.resize(std::min(keep, chunks_.size()));
     if (chunks_.empty()) current_ = 0;
     step_last_ = std::min(step_last_, current_);
+    sync_hot();
     return bytes;
   }
 
@@ -270,6 +276,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       fail("live totals disagree with the blocks");
     if (reserved != stats_.reserved_bytes) fail("reserved_bytes != sum of chunk sizes");
     if (!chunks_.empty() && current_ >= chunks_.size()) fail("current chunk out of range");
+    if (hot_ != (chunks_.empty() ? nullptr : chunks_.data() + current_)) fail("hot_ != &chunks_[current_]");
     if (current_ > step_last_ || (!chunks_.empty() && step_last_ >= chunks_.size()) || (chunks_.empty() && step_last_ != 0))
       fail("current <= step_last < chunk count does not hold");
     if (stats_.total_deallocations > stats_.total_allocations) fail("more deallocations than allocations");
@@ -333,6 +340,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       if (void* p = bump(chunks_[next], bytes, footprint, align)) {
         current_ = next;
         step_last_ = std::max(step_last_, next);
+        sync_hot();
         return p;
       }
     }
@@ -363,6 +371,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     current_ = next;
     // A chunk inserted below the highest used one shifts it up by one.
     step_last_ = next > step_last_ ? next : (chunks_.size() > 1 ? step_last_ + 1 : 0);
+    sync_hot();
     return p;
   }
 
@@ -476,7 +485,11 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// their free tops are bumped into again.
   void step_back() noexcept {
     while (current_ > 0 && chunks_[current_].blocks.empty()) --current_;
+    sync_hot();
   }
+
+  /// Re-points hot_ at the current chunk; after every change of current_ or of chunks_.
+  void sync_hot() noexcept { hot_ = chunks_.empty() ? nullptr : chunks_.data() + current_; }
 
   void give_back(detail::arena_chunk& c) noexcept {
     if (c.base == nullptr) return;
@@ -493,6 +506,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   std::size_t chunk_bytes_;
   std::vector<detail::arena_chunk> chunks_;  // in the order a step uses them
   std::size_t current_ = 0;                  // the chunk being bumped; chunks above it hold nothing live
+  detail::arena_chunk* hot_ = nullptr;       // == chunks_.empty() ? nullptr : &chunks_[current_] (the hot path's one load)
   std::size_t step_last_ = 0;                // the highest chunk used in this step (current_ <= step_last_)
   std::uint64_t epoch_ = 0;                  // the step; bumped by reset()
   // live_bytes == sum of live block footprints (current epoch); reserved_bytes == sum of chunk bytes;

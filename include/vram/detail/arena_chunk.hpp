@@ -3,9 +3,11 @@
 // blocks bumped into it. The record lives on the host (device memory cannot be read), so the
 // arena works the same over a CUDA source and over simulated_device_source.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <vector>
+#include <memory>
+#include <utility>
 
 #include <vram/core/alignment.hpp>
 
@@ -22,22 +24,32 @@ struct arena_block {
   [[nodiscard]] std::size_t end() const noexcept { return offset + align_up(requested, default_alignment); }
 };
 
-/// The blocks of a chunk, as a stack: a vector that keeps its storage across steps, with the
-/// count kept apart so that the hot path's push and pop are a store and an increment (no
-/// reallocation code inlined into them; std::vector::push_back's was not inlined at all).
+/// The blocks of a chunk, as a stack that keeps its storage across steps: the hot path's push
+/// and pop are a store and an increment, with no reallocation code inlined into them
+/// (std::vector::push_back's was not inlined at all: a call per allocate).
 ///   size() <= capacity();  [0, size()) are the chunk's blocks
 class block_stack {
  public:
+  block_stack() = default;
+  block_stack(block_stack&& o) noexcept
+      : store_(std::move(o.store_)), size_(std::exchange(o.size_, 0)), capacity_(std::exchange(o.capacity_, 0)) {}
+  block_stack& operator=(block_stack&& o) noexcept {
+    store_ = std::move(o.store_);
+    size_ = std::exchange(o.size_, 0);
+    capacity_ = std::exchange(o.capacity_, 0);
+    return *this;
+  }
+
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
-  [[nodiscard]] std::size_t capacity() const noexcept { return store_.size(); }
-  [[nodiscard]] bool full() const noexcept { return size_ == store_.size(); }
+  [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
+  [[nodiscard]] bool full() const noexcept { return size_ == capacity_; }
   [[nodiscard]] arena_block& back() noexcept { return store_[size_ - 1]; }
   [[nodiscard]] const arena_block& back() const noexcept { return store_[size_ - 1]; }
   [[nodiscard]] arena_block& operator[](std::size_t i) noexcept { return store_[i]; }
   [[nodiscard]] const arena_block& operator[](std::size_t i) const noexcept { return store_[i]; }
-  [[nodiscard]] const arena_block* begin() const noexcept { return store_.data(); }
-  [[nodiscard]] const arena_block* end() const noexcept { return store_.data() + size_; }
+  [[nodiscard]] const arena_block* begin() const noexcept { return store_.get(); }
+  [[nodiscard]] const arena_block* end() const noexcept { return store_.get() + size_; }
 
   /// Pre: !full().
   void push_unchecked(const arena_block& b) noexcept { store_[size_++] = b; }
@@ -50,14 +62,19 @@ class block_stack {
   void clear() noexcept { size_ = 0; }
   /// May throw bad_alloc, with nothing changed.
   void reserve(std::size_t n) {
-    if (n > store_.size()) store_.resize(n);
+    if (n <= capacity_) return;
+    auto bigger = std::make_unique_for_overwrite<arena_block[]>(n);
+    std::copy(begin(), end(), bigger.get());
+    store_ = std::move(bigger);
+    capacity_ = n;
   }
 
  private:
-  [[gnu::noinline]] void grow() { store_.resize(store_.empty() ? 16 : 2 * store_.size()); }
+  [[gnu::noinline]] void grow() { reserve(capacity_ == 0 ? 16 : 2 * capacity_); }
 
-  std::vector<arena_block> store_;
+  std::unique_ptr<arena_block[]> store_;
   std::size_t size_ = 0;
+  std::size_t capacity_ = 0;
 };
 
 /// A chunk taken from the upstream.
