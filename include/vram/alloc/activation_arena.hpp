@@ -116,7 +116,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     // The hot path: the default alignment, 0 < bytes <= max_request_bytes (one unsigned
     // compare), the arena's stream, room in the current chunk. Everything else, checks and
     // errors included, is in allocate_slow.
-    if (bytes - 1 < max_request_bytes && align == default_alignment && s == stream_ && hot_ != nullptr) [[likely]] {
+    if (bytes - 1 < max_request_bytes && align == default_alignment && s == stream_) [[likely]] {
       auto& c = *hot_;
       const std::size_t footprint = align_up(bytes, default_alignment);
       if (c.bytes - c.top >= footprint && !c.blocks.full()) [[likely]] {
@@ -131,7 +131,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t = default_alignment) noexcept {
     // The hot path: the last block of the current chunk, freed on the arena's stream with its
     // size (p == nullptr never matches: a chunk base is not null).
-    if (s == stream_ && hot_ != nullptr) [[likely]] {
+    if (s == stream_) [[likely]] {
       auto& c = *hot_;
       if (!c.blocks.empty()) [[likely]] {
         const auto& b = c.blocks.back();
@@ -276,7 +276,8 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       fail("live totals disagree with the blocks");
     if (reserved != stats_.reserved_bytes) fail("reserved_bytes != sum of chunk sizes");
     if (!chunks_.empty() && current_ >= chunks_.size()) fail("current chunk out of range");
-    if (hot_ != (chunks_.empty() ? nullptr : chunks_.data() + current_)) fail("hot_ != &chunks_[current_]");
+    if (hot_ != (chunks_.empty() ? &no_chunk_ : chunks_.data() + current_)) fail("hot_ != &chunks_[current_]");
+    if (no_chunk_.bytes != 0 || !no_chunk_.blocks.empty() || no_chunk_.blocks.capacity() != 0) fail("no_chunk_ is not empty");
     if (current_ > step_last_ || (!chunks_.empty() && step_last_ >= chunks_.size()) || (chunks_.empty() && step_last_ != 0))
       fail("current <= step_last < chunk count does not hold");
     if (stats_.total_deallocations > stats_.total_allocations) fail("more deallocations than allocations");
@@ -489,7 +490,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   }
 
   /// Re-points hot_ at the current chunk; after every change of current_ or of chunks_.
-  void sync_hot() noexcept { hot_ = chunks_.empty() ? nullptr : chunks_.data() + current_; }
+  void sync_hot() noexcept { hot_ = chunks_.empty() ? &no_chunk_ : chunks_.data() + current_; }
 
   void give_back(detail::arena_chunk& c) noexcept {
     if (c.base == nullptr) return;
@@ -506,7 +507,10 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   std::size_t chunk_bytes_;
   std::vector<detail::arena_chunk> chunks_;  // in the order a step uses them
   std::size_t current_ = 0;                  // the chunk being bumped; chunks above it hold nothing live
-  detail::arena_chunk* hot_ = nullptr;       // == chunks_.empty() ? nullptr : &chunks_[current_] (the hot path's one load)
+  // == chunks_.empty() ? &no_chunk_ : &chunks_[current_]: the hot path's one load, no null check
+  // (no_chunk_ has no room and no blocks, so both hot paths fall through to the slow ones).
+  detail::arena_chunk no_chunk_{};
+  detail::arena_chunk* hot_ = &no_chunk_;
   std::size_t step_last_ = 0;                // the highest chunk used in this step (current_ <= step_last_)
   std::uint64_t epoch_ = 0;                  // the step; bumped by reset()
   // live_bytes == sum of live block footprints (current epoch); reserved_bytes == sum of chunk bytes;
