@@ -163,7 +163,7 @@ TEST_CASE("JSON and HTML reports parse") {
   REQUIRE(doc.array.size() == results.size());
   for (const auto& o : doc.array) {
     for (const char* key : {"trace", "allocator", "events", "peak_live_bytes", "peak_reserved_bytes", "ooms",
-                            "ns_per_op_p50", "ns_per_op_p99", "recorded_reserved_bytes"})
+                            "ns_per_op_p50", "ns_per_op_p99", "ns_clock", "recorded_reserved_bytes"})
       CHECK(o.find(key) != nullptr);
     CHECK(o.find("recorded_reserved_bytes")->is_null());
     CHECK(o.find("peak_live_bytes")->as_int() == 8096);

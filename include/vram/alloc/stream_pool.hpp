@@ -725,7 +725,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
                          : (own->size != any->size ? own->size < any->size : own->addr < any->addr);
     return own_first ? own : any;
   }
-  bool is_wilderness(const block* b) const noexcept { return contiguous_ && b == chunks_.rbegin()->second->last; }
+  bool is_wilderness(const block* b) const noexcept { return contiguous_ && b == top_->last; }
+  /// Call after chunks_ changed: keeps top_ (the highest chunk) current.
+  void chunks_changed() noexcept { top_ = chunks_.empty() ? nullptr : chunks_.rbegin()->second; }
 
   /// The smallest adequate block of another stream, and a marker the caller must wait on.
   block* steal(std::uintptr_t key, std::size_t need, std::optional<detail::pool_marker>& wait_on) {
@@ -743,6 +745,15 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     }
     wait_on = info.pending;
     return best;
+  }
+
+  /// True when a stream other than `key` holds free blocks (merging blocks of `key` itself
+  /// cannot give a request on `key` anything: they are already usable on it and coalesce
+  /// with the key-0 memory around them).
+  bool others_hold_free(std::uintptr_t key) const noexcept {
+    for (const auto& [k, info] : streams_)
+      if (k != 0 && k != key && !info.index.empty()) return true;
+    return false;
   }
 
   /// For each stream holding free blocks: record a marker if none is pending; when the
@@ -781,7 +792,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     if (b == nullptr) b = steal(key, need, wait_on);
     if (b == nullptr || is_wilderness(b)) {  // before growing or taking the top, coalesce what can be
       flush_lanes();
-      merge_idle_streams();
+      if (others_hold_free(key)) merge_idle_streams();
       wait_on.reset();
       b = find_fit(key, need);
       if (b == nullptr) b = steal(key, need, wait_on);
@@ -830,7 +841,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     std::size_t credit = 0;
     std::uintptr_t top_key = 0;
     if (contiguous_ && !chunks_.empty()) {
-      block* top = chunks_.rbegin()->second->last;
+      block* top = top_->last;
       if (top->state == block_state::free && (top->stream == 0 || top->stream == key) && top->size < need) {
         credit = top->size;
         top_key = top->stream;
@@ -917,6 +928,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       chunks_.emplace(addr, c);
     }
     nb->owner = c;
+    chunks_changed();
     reserved_ += bytes;
     peak_reserved_ = std::max(peak_reserved_, reserved_);
     ++upstream_allocations_;
@@ -935,6 +947,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
         if (c->first != b || c->last != b) continue;
         index_erase(b);
         chunks_.erase(c->addr);
+        chunks_changed();
         give_back(c->addr, c->size);
         released += c->size;
         delete_block(b);
@@ -995,6 +1008,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       for (block* x = high_first; x != nullptr; x = x->next) x->owner = h;
       chunks_.emplace(hi, h);
     }
+    chunks_changed();
     if (head) index_insert(head);
     if (tail) index_insert(tail);
     give_back(lo, hi - lo);
@@ -1093,6 +1107,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   // Free blocks are indexed per stream key (stream_info::index); free_count_ of them in all,
   // their sizes sum to free_bytes_.
   std::map<std::uintptr_t, chunk*> chunks_;      // by address; sum of sizes == reserved_
+  chunk* top_ = nullptr;                         // the highest chunk (its last block: the wilderness)
   live_map heap_live_;                           // live blocks not served by a lane
   std::unordered_map<std::uintptr_t, stream_info> streams_;
   stream_info* info0_ = nullptr;      // &streams_[0] (nodes of an unordered_map are stable)

@@ -65,8 +65,10 @@ class pool_flat_map {
 
   [[nodiscard]] std::size_t mask() const noexcept { return slots_.size() - 1; }
   [[nodiscard]] std::size_t home(std::uintptr_t key) const noexcept {
-    // Blocks are 256-aligned: drop the zero bits, then Fibonacci hashing.
-    return static_cast<std::size_t>(((key >> 8) * 0x9E3779B97F4A7C15ull) >> 20) & mask();
+    // Fibonacci hashing: the top bits of the product depend on every bit of the key (block
+    // addresses share many low zero bits and high bits; the middle bits of the product do not
+    // mix them, and linear probing then builds long runs).
+    return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_);
   }
   void place(std::uintptr_t key, Value value) noexcept {
     std::size_t i = home(key);
@@ -76,11 +78,13 @@ class pool_flat_map {
   void grow() {
     std::vector<slot> old(slots_.size() * 2);
     old.swap(slots_);
+    --shift_;
     for (const auto& s : old)
       if (s.key != 0) place(s.key, s.value);
   }
 
   std::vector<slot> slots_;
+  int shift_ = 64 - 4;  // 64 - log2(slots_.size())
   std::size_t size_ = 0;
 };
 
