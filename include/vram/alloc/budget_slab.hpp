@@ -118,7 +118,6 @@ class budget_slab {
     }
     partial_.fill(ds::none);
     counters_.reserved_bytes = counters_.peak_reserved_bytes = device_budget();
-    counters_.free_bytes = device_budget();
     counters_.upstream_allocations = 1;
     observer_.on_grow(reservation_, reservation_bytes_);
   }
@@ -131,7 +130,7 @@ class budget_slab {
   budget_slab& operator=(const budget_slab&) = delete;
 
   ~budget_slab() {
-    if (counters_.live_allocations != 0)
+    if (counters_.total_allocations != counters_.total_deallocations)
       report_misuse({misuse::live_at_destruction, name(), nullptr, counters_.live_bytes, 0});
     for (auto& [p, e] : spilled_) spill_.deallocate_sync(p, e.bytes, e.align);
     observer_.on_release(reservation_, reservation_bytes_);
@@ -143,6 +142,20 @@ class budget_slab {
   /// Allocates from the device budget, else (after the pressure callback) from Spill.
   /// Throws invalid_argument (bad alignment or size), out_of_memory (both budgets exhausted).
   [[nodiscard]] void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
+    // The hot path: 1..32 KiB at the default alignment, from a slab of its class that has a
+    // free block (one lock, a bitmap word, the counters). Everything else: allocate_slow.
+    if (bytes - 1 < detail::slab::max_class && align == default_alignment) [[likely]] {
+      if (void* p = take_class_block(detail::slab::class_of(bytes), bytes)) [[likely]] {
+        observer_.on_allocate(p, bytes, s);
+        return p;
+      }
+    }
+    return allocate_slow(s, bytes, align);
+  }
+
+ private:
+  /// allocate() when the hot path did not serve: checks, new slabs, runs, pressure, spill.
+  [[gnu::noinline]] void* allocate_slow(stream_ref s, std::size_t bytes, std::size_t align) {
     detail::check_request(name(), bytes, align);
     if (align > detail::slab::page_bytes) [[unlikely]]
       detail::throw_invalid_argument(name(), "alignment above the slab page (64 KiB)");
@@ -154,6 +167,7 @@ class budget_slab {
     return p;
   }
 
+ public:
   void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
     if (p == nullptr) return;
     if (!s.is_synchronous()) {
@@ -173,12 +187,25 @@ class budget_slab {
   }
 
   void deallocate_sync(void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
-    if (p == nullptr) return;
-    if (in_budget(p)) {
+    if (in_budget(p)) [[likely]] {
       std::lock_guard lock(lock_);
-      free_device(p, bytes, align);
+      if (!free_class_block(p, bytes, align)) [[unlikely]]
+        free_device(p, bytes, align);
       return;
     }
+    if (p != nullptr) free_spilled(p, bytes);
+  }
+
+  /// Where `p` lives: device (inside the budget's range), host (a live spilled block), none.
+  [[nodiscard]] vram::residency residency(const void* p) const {
+    if (in_budget(p)) return vram::residency::device;
+    std::lock_guard lock(lock_);
+    return spilled_.contains(const_cast<void*>(p)) ? vram::residency::host : vram::residency::none;
+  }
+
+ private:
+  /// deallocate_sync() of a pointer outside the budget: a spilled block, or misuse.
+  [[gnu::noinline]] void free_spilled(void* p, std::size_t bytes) noexcept {
     spill_entry e;
     {
       std::lock_guard lock(lock_);
@@ -198,20 +225,13 @@ class budget_slab {
       counters_.live_bytes -= bytes;
       counters_.requested_bytes -= bytes;
       counters_.reserved_bytes -= bytes;
-      --counters_.live_allocations;
       ++counters_.total_deallocations;
       ++counters_.upstream_deallocations;
     }
     spill_.deallocate_sync(p, e.bytes, e.align);
   }
 
-  /// Where `p` lives: device (inside the budget's range), host (a live spilled block), none.
-  [[nodiscard]] vram::residency residency(const void* p) const {
-    if (in_budget(p)) return vram::residency::device;
-    std::lock_guard lock(lock_);
-    return spilled_.contains(const_cast<void*>(p)) ? vram::residency::host : vram::residency::none;
-  }
-
+ public:
   /// True when `p` is a live allocation of this slab.
   [[nodiscard]] bool owns(const void* p) const {
     std::lock_guard lock(lock_);
@@ -245,7 +265,7 @@ class budget_slab {
   /// reserved_bytes == device_budget() + spilled_bytes; free/largest/blocks describe the device.
   [[nodiscard]] vram::stats stats() const {
     std::lock_guard lock(lock_);
-    vram::stats s = counters_;
+    vram::stats s = snapshot_locked();
     s.largest_free_block = runs_.largest() * detail::slab::page_bytes;
     s.free_blocks = runs_.runs() + free_class_blocks_;
     if (s.largest_free_block == 0 && free_class_blocks_ != 0) s.largest_free_block = largest_free_class_block();
@@ -258,7 +278,7 @@ class budget_slab {
     namespace ds = detail::slab;
     std::lock_guard lock(lock_);
     std::vector<char> covered(page_count_, 0);  // 1 free, 2 slab, 3 run
-    std::size_t device_live = 0, free_blocks = 0;
+    std::size_t device_live = 0, free_blocks = 0, live_blocks = 0;
     for (auto [first, n] : runs_.by_address()) {
       if (first + n > page_count_) fail("a free run leaves the budget");
       for (std::size_t i = first; i < first + n; ++i) {
@@ -289,6 +309,7 @@ class budget_slab {
         if (pg.listed != (pg.used < blocks)) fail("a slab with a free block is not listed (or a full one is)");
         device_live += pg.used * cb;
         free_blocks += blocks - pg.used;
+        live_blocks += pg.used;
         covered[i] = 2;
       } else if (pg.type == page::kind::run_head && covered[i] == 0) {
         if (pg.run_pages == 0 || i + pg.run_pages > page_count_) fail("a run leaves the budget");
@@ -298,6 +319,7 @@ class budget_slab {
           covered[k] = 3;
         }
         device_live += pg.run_pages * ds::page_bytes;
+        ++live_blocks;
       }
     }
     for (std::size_t i = 0; i < page_count_; ++i)
@@ -312,10 +334,11 @@ class budget_slab {
     if (device_live + spilled != counters_.live_bytes) fail("live_bytes != device blocks + spilled");
     if (device_live > device_budget()) fail("over the device budget");
     if (counters_.reserved_bytes != device_budget() + spilled) fail("reserved != budget + spilled");
-    if (counters_.free_bytes != device_budget() - device_live) fail("free_bytes != budget - device live");
     if (free_blocks != free_class_blocks_) fail("free class block count");
-    if (counters_.live_allocations != counters_.total_allocations - counters_.total_deallocations)
-      fail("live_allocations != total_allocations - total_deallocations");
+    if (counters_.total_allocations - counters_.total_deallocations != live_blocks + spilled_.size())
+      fail("total_allocations - total_deallocations != device blocks + spilled blocks");
+    if (counters_.peak_live_bytes < counters_.live_bytes || counters_.peak_requested_bytes < counters_.requested_bytes)
+      fail("a live total above its peak");
 #endif
   }
 
@@ -347,21 +370,75 @@ class budget_slab {
   }
   static bool bit(const page& pg, std::size_t k) noexcept { return (pg.bits[k / 64] >> (k % 64)) & 1u; }
 
+  // The counters kept per operation: live and requested bytes, their peaks, the two totals.
+  // live_allocations and free_bytes are derived in snapshot_locked().
   void note_device_alloc(std::size_t footprint, std::size_t bytes) noexcept {
     counters_.live_bytes += footprint;
-    counters_.free_bytes -= footprint;
     counters_.requested_bytes += bytes;
-    ++counters_.live_allocations;
     ++counters_.total_allocations;
     counters_.peak_live_bytes = std::max(counters_.peak_live_bytes, counters_.live_bytes);
     counters_.peak_requested_bytes = std::max(counters_.peak_requested_bytes, counters_.requested_bytes);
   }
   void note_device_free(std::size_t footprint, std::size_t bytes) noexcept {
     counters_.live_bytes -= footprint;
-    counters_.free_bytes += footprint;
     counters_.requested_bytes -= bytes;
-    --counters_.live_allocations;
     ++counters_.total_deallocations;
+  }
+
+  /// counters_ with the derived fields filled in. Pre: lock held.
+  [[nodiscard]] vram::stats snapshot_locked() const noexcept {
+    vram::stats s = counters_;
+    s.live_allocations = s.total_allocations - s.total_deallocations;
+    s.free_bytes = device_budget() - (s.live_bytes - s.spilled_bytes);
+    return s;
+  }
+
+  /// The hot path of allocate(): a block of class `cls` from the first slab of its list, or
+  /// nullptr when the class has no slab with a free block.
+  void* take_class_block(std::size_t cls, std::size_t bytes) noexcept {
+    std::lock_guard lock(lock_);
+    std::size_t i = partial_[cls];
+    if (i == detail::slab::none) [[unlikely]]
+      return nullptr;
+    return pop_block(i, cls, bytes);
+  }
+
+  /// Takes the lowest free block of slab `i` (of class `cls`, listed: it has one). Pre: lock held.
+  void* pop_block(std::size_t i, std::size_t cls, std::size_t bytes) noexcept {
+    namespace ds = detail::slab;
+    page& pg = pages_[i];
+    std::size_t k = 0;
+    for (std::size_t w = 0; w < ds::bitmap_words; ++w) {
+      if (~pg.bits[w] != 0) {
+        k = w * 64 + static_cast<std::size_t>(std::countr_one(pg.bits[w]));
+        pg.bits[w] |= std::uint64_t{1} << (k % 64);
+        break;
+      }
+    }
+    if (++pg.used == ds::class_blocks(cls)) unlink(cls, i);
+    --free_class_blocks_;
+    note_device_alloc(ds::class_bytes(cls), bytes);
+    return base_ + i * ds::page_bytes + (k << ds::class_shift(cls));
+  }
+
+  /// The hot path of deallocate(): a block of a slab that stays partly used (neither its first
+  /// free block nor its last live one), freed with a size of its class. Returns false, with
+  /// nothing changed, for everything else (free_device handles it). Pre: lock held, in_budget(p).
+  bool free_class_block(void* p, std::size_t bytes, std::size_t align) noexcept {
+    namespace ds = detail::slab;
+    auto [i, off] = locate(p);
+    page& pg = pages_[i];
+    if (pg.type != page::kind::slab) return false;
+    const std::size_t cls = pg.cls, shift = ds::class_shift(cls), k = off >> shift;
+    const std::size_t need = std::max(bytes, align);
+    if ((off & ((std::size_t{1} << shift) - 1)) != 0 || !bit(pg, k) || need > ds::max_class || ds::class_of(need) != cls ||
+        pg.used == ds::class_blocks(cls) || pg.used == 1) [[unlikely]]
+      return false;
+    pg.bits[k / 64] &= ~(std::uint64_t{1} << (k % 64));
+    --pg.used;
+    ++free_class_blocks_;
+    note_device_free(std::size_t{1} << shift, bytes);
+    return true;
   }
 
   /// From the budget, or nullptr when it has no room.
@@ -382,20 +459,7 @@ class budget_slab {
         link(cls, i);
         free_class_blocks_ += ds::class_blocks(cls);
       }
-      page& pg = pages_[i];
-      std::size_t k = 0;
-      for (std::size_t w = 0; w < ds::bitmap_words; ++w) {
-        if (~pg.bits[w] != 0) {
-          k = w * 64 + static_cast<std::size_t>(std::countr_one(pg.bits[w]));
-          pg.bits[w] |= std::uint64_t{1} << (k % 64);
-          break;
-        }
-      }
-      std::size_t cb = ds::class_bytes(cls);
-      if (++pg.used == ds::class_blocks(cls)) unlink(cls, i);
-      --free_class_blocks_;
-      note_device_alloc(cb, bytes);
-      return base_ + i * ds::page_bytes + k * cb;
+      return pop_block(i, cls, bytes);
     }
     std::size_t n = (bytes + ds::page_bytes - 1) / ds::page_bytes;
     if (n > page_count_) return nullptr;
@@ -410,7 +474,7 @@ class budget_slab {
   }
 
   /// Frees a device block, or reports misuse and changes nothing. Pre: lock held, in_budget(p).
-  void free_device(void* p, std::size_t bytes, std::size_t align) noexcept {
+  [[gnu::noinline]] void free_device(void* p, std::size_t bytes, std::size_t align) noexcept {
     namespace ds = detail::slab;
     auto [i, off] = locate(p);
     page& pg = pages_[i];
@@ -489,7 +553,6 @@ class budget_slab {
     ++counters_.upstream_allocations;
     counters_.live_bytes += bytes;
     counters_.requested_bytes += bytes;
-    ++counters_.live_allocations;
     ++counters_.total_allocations;
     counters_.peak_live_bytes = std::max(counters_.peak_live_bytes, counters_.live_bytes);
     counters_.peak_requested_bytes = std::max(counters_.peak_requested_bytes, counters_.requested_bytes);
@@ -499,7 +562,7 @@ class budget_slab {
   /// Pre: lock held (a std::lock_guard that the throw unwinds).
   [[noreturn]] void spill_failed_locked(stream_ref s, std::size_t bytes) {
     ++counters_.ooms;
-    vram::stats snapshot = counters_;
+    vram::stats snapshot = snapshot_locked();
     observer_.on_out_of_memory(bytes, s, snapshot);
     detail::slab::throw_budgets_exhausted(name(), bytes, s, snapshot, device_budget(),
                                           spill_budget_ == ~std::size_t{0} ? detail::slab::none : spill_budget_);
