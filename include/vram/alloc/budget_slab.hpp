@@ -23,6 +23,7 @@
 #include <vram/core/observer.hpp>
 #include <vram/core/stats.hpp>
 #include <vram/detail/slab_pages.hpp>
+#include <vram/detail/slab_thread_cache.hpp>
 #include <vram/detail/throw.hpp>
 #include <vram/source/host_source.hpp>
 #if VRAM_HAS_CUDA
@@ -111,6 +112,8 @@ class budget_slab {
     page_count_ = (reserve - static_cast<std::size_t>(base_ - reservation_)) / ds::page_bytes;
     try {
       pages_.resize(page_count_);
+      block_state_.resize(page_count_);
+      class_tag_ = std::make_unique<std::atomic<std::uint8_t>[]>(page_count_);
       if (page_count_ != 0) runs_.give(0, page_count_);
     } catch (...) {
       device_.deallocate_sync(reservation_, reservation_bytes_, default_alignment);
@@ -130,8 +133,21 @@ class budget_slab {
   budget_slab& operator=(const budget_slab&) = delete;
 
   ~budget_slab() {
-    if (counters_.total_allocations != counters_.total_deallocations)
-      report_misuse({misuse::live_at_destruction, name(), nullptr, counters_.live_bytes, 0});
+    // Detach the thread caches (a thread that exits later must not flush into a dead slab).
+    // Not under lock_: a thread exiting now holds its cache's retire_mutex and then takes lock_.
+    std::vector<std::shared_ptr<detail::slab::thread_cache>> caches;
+    {
+      std::lock_guard lock(lock_);
+      caches.swap(caches_);
+    }
+    for (auto& c : caches) {
+      std::lock_guard guard(c->retire_mutex);
+      c->slab = nullptr;
+    }
+    vram::stats s = counters_;
+    for (auto& c : caches) add_cache_counters(s, *c);
+    if (s.total_allocations != s.total_deallocations)
+      report_misuse({misuse::live_at_destruction, name(), nullptr, s.live_bytes, 0});
     for (auto& [p, e] : spilled_) spill_.deallocate_sync(p, e.bytes, e.align);
     observer_.on_release(reservation_, reservation_bytes_);
     device_.deallocate_sync(reservation_, reservation_bytes_, default_alignment);
@@ -145,7 +161,10 @@ class budget_slab {
     // The hot path: 1..32 KiB at the default alignment, from a slab of its class that has a
     // free block (one lock, a bitmap word, the counters). Everything else: allocate_slow.
     if (bytes - 1 < detail::slab::max_class && align == default_alignment) [[likely]] {
-      if (void* p = take_class_block(detail::slab::class_of(bytes), bytes)) [[likely]] {
+      const std::size_t cls = detail::slab::class_of(bytes);
+      void* p = take_cached(cls, bytes);
+      if (p == nullptr) p = take_class_block(cls, bytes);
+      if (p != nullptr) [[likely]] {
         observer_.on_allocate(p, bytes, s);
         return p;
       }
@@ -161,6 +180,7 @@ class budget_slab {
       detail::throw_invalid_argument(name(), "alignment above the slab page (64 KiB)");
     if (bytes == 0) return nullptr;
     void* p = allocate_device(bytes, align);
+    if (p == nullptr && flush_own_cache()) p = allocate_device(bytes, align);  // this thread's cached blocks first
     if (p == nullptr && pressure_ && pressure_(bytes)) p = allocate_device(bytes, align);
     if (p == nullptr) p = allocate_spill(s, bytes, align);
     observer_.on_allocate(p, bytes, s);
@@ -188,6 +208,8 @@ class budget_slab {
 
   void deallocate_sync(void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
     if (in_budget(p)) [[likely]] {
+      if (put_cached(p, bytes, align)) [[likely]]
+        return;
       std::lock_guard lock(lock_);
       if (!free_class_block(p, bytes, align)) [[unlikely]]
         free_device(p, bytes, align);
@@ -241,7 +263,9 @@ class budget_slab {
     if (pg.type == page::kind::run_head) return off == 0;
     if (pg.type != page::kind::slab) return false;
     std::size_t cb = detail::slab::class_bytes(pg.cls);
-    return (off & (cb - 1)) == 0 && bit(pg, off >> detail::slab::class_shift(pg.cls));
+    std::size_t k = off >> detail::slab::class_shift(pg.cls);
+    return (off & (cb - 1)) == 0 && bit(pg, k) &&
+           block_state_[i][k].load(std::memory_order_relaxed) == detail::slab::block_state::live;
   }
 
   /// Runs before spilling with the bytes requested; may free memory of this slab (or evict
@@ -278,7 +302,7 @@ class budget_slab {
     namespace ds = detail::slab;
     std::lock_guard lock(lock_);
     std::vector<char> covered(page_count_, 0);  // 1 free, 2 slab, 3 run
-    std::size_t device_live = 0, free_blocks = 0, live_blocks = 0;
+    std::size_t device_live = 0, free_blocks = 0, live_blocks = 0, cached_bytes = 0;
     for (auto [first, n] : runs_.by_address()) {
       if (first + n > page_count_) fail("a free run leaves the budget");
       for (std::size_t i = first; i < first + n; ++i) {
@@ -310,6 +334,12 @@ class budget_slab {
         device_live += pg.used * cb;
         free_blocks += blocks - pg.used;
         live_blocks += pg.used;
+        if (block_state_[i] == nullptr || class_tag_[i].load() != pg.cls + 1u) fail("a slab without its class tag or block states");
+        for (std::size_t k = 0; k < blocks; ++k) {
+          auto st = block_state_[i][k].load();
+          if ((st != ds::block_state::free) != bit(pg, k)) fail("a block's state disagrees with its bitmap bit");
+          if (st == ds::block_state::cached) cached_bytes += cb;
+        }
         covered[i] = 2;
       } else if (pg.type == page::kind::run_head && covered[i] == 0) {
         if (pg.run_pages == 0 || i + pg.run_pages > page_count_) fail("a run leaves the budget");
@@ -322,8 +352,15 @@ class budget_slab {
         ++live_blocks;
       }
     }
-    for (std::size_t i = 0; i < page_count_; ++i)
+    for (std::size_t i = 0; i < page_count_; ++i) {
       if (!covered[i]) fail("a page is neither free, a slab nor in a run");
+      if (covered[i] != 2 && class_tag_[i].load() != 0) fail("a class tag on a page that is not a slab");
+    }
+    // Exact when the caches' owner threads are quiet (as every check in the tests is).
+    std::size_t held = 0;
+    for (const auto& c : caches_)
+      for (std::size_t cls = 0; cls < ds::class_count; ++cls) held += c->count[cls] * ds::class_bytes(cls);
+    if (held != cached_bytes) fail("bytes held by the thread caches != blocks in the cached state");
     for (std::size_t c = 0; c < ds::class_count; ++c)
       for (std::size_t i = partial_[c], prev = ds::none; i != ds::none; prev = i, i = pages_[i].next)
         if (pages_[i].type != page::kind::slab || pages_[i].cls != c || pages_[i].prev != prev || !pages_[i].listed)
@@ -388,9 +425,151 @@ class budget_slab {
   /// counters_ with the derived fields filled in. Pre: lock held.
   [[nodiscard]] vram::stats snapshot_locked() const noexcept {
     vram::stats s = counters_;
+    for (const auto& c : caches_) add_cache_counters(s, *c);
     s.live_allocations = s.total_allocations - s.total_deallocations;
     s.free_bytes = device_budget() - (s.live_bytes - s.spilled_bytes);
     return s;
+  }
+
+  /// Adds what the operations served by cache `c` changed to `s` (a snapshot while its owner runs).
+  static void add_cache_counters(vram::stats& s, const detail::slab::thread_cache& c) noexcept {
+    s.live_bytes += c.live_bytes.load(std::memory_order_relaxed);
+    s.requested_bytes += c.requested_bytes.load(std::memory_order_relaxed);
+    s.total_allocations += c.allocations.load(std::memory_order_relaxed);
+    s.total_deallocations += c.deallocations.load(std::memory_order_relaxed);
+  }
+
+  // ---- thread caches: no lock, no atomic read-modify-write ---------------------------------
+
+  /// This thread's cache for this slab, or nullptr when it has none yet.
+  [[nodiscard]] detail::slab::thread_cache* own_cache() const noexcept {
+    auto& last = detail::slab::tls_last_cache;
+    if (last.slab_id == id_) [[likely]]
+      return last.cache;
+    return find_own_cache();
+  }
+  [[gnu::noinline]] detail::slab::thread_cache* find_own_cache() const noexcept {
+    for (auto& [id, c] : detail::slab::tls_caches.owned)
+      if (id == id_) {
+        detail::slab::tls_last_cache = {id_, c.get()};
+        return c.get();
+      }
+    return nullptr;
+  }
+  /// Makes this thread's cache (on its first free into this slab); nullptr when memory is short.
+  [[gnu::noinline]] detail::slab::thread_cache* make_own_cache() noexcept {
+    auto& set = detail::slab::tls_caches;
+    try {
+      set.forget_retired();
+      set.owned.reserve(set.owned.size() + 1);
+      auto c = std::make_shared<detail::slab::thread_cache>();
+      c->slab = this;
+      c->retire = &retire_cache;
+      {
+        std::lock_guard lock(lock_);
+        caches_.push_back(c);
+      }
+      set.owned.emplace_back(id_, c);  // cannot throw: reserved
+      detail::slab::tls_last_cache = {id_, c.get()};
+      return c.get();
+    } catch (...) {
+      return nullptr;
+    }
+  }
+
+  /// allocate()'s first try: the newest cached block of class `cls`, or nullptr.
+  void* take_cached(std::size_t cls, std::size_t bytes) noexcept {
+    namespace ds = detail::slab;
+    ds::thread_cache* c = own_cache();
+    if (c == nullptr || c->count[cls] == 0) return nullptr;
+    void* p = c->blocks[cls][--c->count[cls]].p;
+    auto [i, off] = locate(p);
+    block_state_[i][off >> ds::class_shift(cls)].store(ds::block_state::live, std::memory_order_relaxed);
+    const std::size_t cb = ds::class_bytes(cls);
+    ds::owner_add(c->live_bytes, cb);
+    ds::owner_add(c->requested_bytes, bytes);
+    ds::owner_add(c->allocations, std::size_t{1});
+    return p;
+  }
+
+  /// deallocate()'s first try: a live block of a slab, freed with a size of its class, goes to
+  /// this thread's cache (half of a full class list is flushed first). False, with nothing
+  /// changed, for anything else: the locked path then frees it or reports the misuse.
+  bool put_cached(void* p, std::size_t bytes, std::size_t align) noexcept {
+    namespace ds = detail::slab;
+    auto [i, off] = locate(p);
+    const std::uint8_t tag = class_tag_[i].load(std::memory_order_acquire);
+    if (tag == 0) return false;  // not a slab (a run, a free page)
+    const std::size_t cls = tag - 1u, shift = ds::class_shift(cls), k = off >> shift;
+    const std::size_t need = std::max(bytes, align);
+    if ((off & ((std::size_t{1} << shift) - 1)) != 0 || need > ds::max_class || ds::class_of(need) != cls) return false;
+    auto& state = block_state_[i][k];
+    if (state.load(std::memory_order_relaxed) != ds::block_state::live) return false;  // double free: reported there
+    ds::thread_cache* c = own_cache();
+    if (c == nullptr) [[unlikely]] {
+      c = make_own_cache();
+      if (c == nullptr) return false;
+    }
+    if (c->count[cls] == ds::cache_depth(cls)) [[unlikely]]
+      flush_cache(*c, cls, ds::cache_depth(cls) / 2);
+    state.store(ds::block_state::cached, std::memory_order_relaxed);
+    c->blocks[cls][c->count[cls]++] = {p, bytes};
+    const std::size_t cb = std::size_t{1} << shift;
+    ds::owner_add(c->live_bytes, std::size_t{0} - cb);
+    ds::owner_add(c->requested_bytes, std::size_t{0} - bytes);
+    ds::owner_add(c->deallocations, std::size_t{1});
+    return true;
+  }
+
+  /// Gives the oldest `n` cached blocks of class `cls` back to their slabs. Runs on the owner.
+  void flush_cache(detail::slab::thread_cache& c, std::size_t cls, std::size_t n) noexcept {
+    std::lock_guard lock(lock_);
+    flush_cache_locked(c, cls, n);
+  }
+  void flush_cache_locked(detail::slab::thread_cache& c, std::size_t cls, std::size_t n) noexcept {
+    namespace ds = detail::slab;
+    const std::size_t cb = ds::class_bytes(cls);
+    for (std::size_t j = 0; j < n; ++j) {
+      auto [p, requested] = c.blocks[cls][j];
+      auto [i, off] = locate(p);
+      release_block(i, off >> ds::class_shift(cls));
+      // The block leaves the slab's counters (which counted it live) and the cache's (which
+      // counted its free): the sums stay what the callers did.
+      counters_.live_bytes -= cb;
+      counters_.requested_bytes -= requested;
+      ++counters_.total_deallocations;
+      ds::owner_add(c.live_bytes, cb);
+      ds::owner_add(c.requested_bytes, requested);
+      ds::owner_add(c.deallocations, std::size_t{0} - 1);
+    }
+    std::copy(c.blocks[cls] + n, c.blocks[cls] + c.count[cls], c.blocks[cls]);
+    c.count[cls] -= n;
+  }
+
+  /// Flushes this thread's whole cache (before spilling); true when it held anything.
+  bool flush_own_cache() noexcept {
+    detail::slab::thread_cache* c = own_cache();
+    if (c == nullptr) return false;
+    bool any = false;
+    std::lock_guard lock(lock_);
+    for (std::size_t cls = 0; cls < detail::slab::class_count; ++cls) {
+      any = any || c->count[cls] != 0;
+      flush_cache_locked(*c, cls, c->count[cls]);
+    }
+    return any;
+  }
+
+  /// A thread with a cache of this slab exits (its cache's retire_mutex held): flush it, fold
+  /// its counters into the slab's, and forget it.
+  static void retire_cache(void* self, detail::slab::thread_cache& c) noexcept {
+    auto& slab = *static_cast<budget_slab*>(self);
+    std::lock_guard lock(slab.lock_);
+    for (std::size_t cls = 0; cls < detail::slab::class_count; ++cls) slab.flush_cache_locked(c, cls, c.count[cls]);
+    add_cache_counters(slab.counters_, c);
+    slab.counters_.peak_live_bytes = std::max(slab.counters_.peak_live_bytes, slab.counters_.live_bytes);
+    slab.counters_.peak_requested_bytes = std::max(slab.counters_.peak_requested_bytes, slab.counters_.requested_bytes);
+    std::erase_if(slab.caches_, [&](const auto& e) { return e.get() == &c; });
+    c.slab = nullptr;
   }
 
   /// The hot path of allocate(): a block of class `cls` from the first slab of its list, or
@@ -415,6 +594,7 @@ class budget_slab {
         break;
       }
     }
+    block_state_[i][k].store(ds::block_state::live, std::memory_order_relaxed);
     if (++pg.used == ds::class_blocks(cls)) unlink(cls, i);
     --free_class_blocks_;
     note_device_alloc(ds::class_bytes(cls), bytes);
@@ -434,11 +614,33 @@ class budget_slab {
     if ((off & ((std::size_t{1} << shift) - 1)) != 0 || !bit(pg, k) || need > ds::max_class || ds::class_of(need) != cls ||
         pg.used == ds::class_blocks(cls) || pg.used == 1) [[unlikely]]
       return false;
+    auto& state = block_state_[i][k];
+    if (state.load(std::memory_order_relaxed) != ds::block_state::live) [[unlikely]]
+      return false;
+    state.store(ds::block_state::free, std::memory_order_relaxed);
     pg.bits[k / 64] &= ~(std::uint64_t{1} << (k % 64));
     --pg.used;
     ++free_class_blocks_;
     note_device_free(std::size_t{1} << shift, bytes);
     return true;
+  }
+
+  /// Returns block k of slab i to its bitmap (and an emptied slab to the pages, unless it is
+  /// its class's last one: no thrash). Pre: lock held, the block is allocated in the bitmap.
+  void release_block(std::size_t i, std::size_t k) noexcept {
+    namespace ds = detail::slab;
+    page& pg = pages_[i];
+    block_state_[i][k].store(ds::block_state::free, std::memory_order_relaxed);
+    pg.bits[k / 64] &= ~(std::uint64_t{1} << (k % 64));
+    if (pg.used-- == ds::class_blocks(pg.cls)) link(pg.cls, i);
+    ++free_class_blocks_;
+    if (pg.used == 0 && !(partial_[pg.cls] == i && pg.next == ds::none)) {
+      unlink(pg.cls, i);
+      free_class_blocks_ -= ds::class_blocks(pg.cls);
+      pg.type = page::kind::freed;
+      class_tag_[i].store(0, std::memory_order_relaxed);
+      give_pages(i, 1);
+    }
   }
 
   /// From the budget, or nullptr when it has no room.
@@ -452,12 +654,21 @@ class budget_slab {
       if (i == ds::none) [[unlikely]] {
         i = runs_.take(1);
         if (i == ds::none) return nullptr;
+        if (block_state_[i] == nullptr) {  // the page's first time as a slab (the states stay: all free)
+          try {
+            block_state_[i] = std::make_unique<std::atomic<ds::block_state>[]>(ds::max_blocks);
+          } catch (...) {  // no host memory for 256 bytes: serve this request from the spill side
+            give_pages(i, 1);
+            return nullptr;
+          }
+        }
         page& fresh = pages_[i];
         fresh = page{};
         fresh.type = page::kind::slab;
         fresh.cls = static_cast<std::uint8_t>(cls);
         link(cls, i);
         free_class_blocks_ += ds::class_blocks(cls);
+        class_tag_[i].store(static_cast<std::uint8_t>(cls + 1), std::memory_order_release);  // after the states
       }
       return pop_block(i, cls, bytes);
     }
@@ -482,21 +693,14 @@ class budget_slab {
       std::size_t cb = ds::class_bytes(pg.cls);
       std::size_t k = off >> ds::class_shift(pg.cls);
       if ((off & (cb - 1)) != 0) return report_misuse({misuse::foreign_pointer, name(), p, bytes, 0});
-      if (!bit(pg, k)) return report_misuse({misuse::double_free, name(), p, bytes, 0});
+      // A block in a thread cache is allocated in the bitmap but already freed by the caller.
+      if (!bit(pg, k) || block_state_[i][k].load(std::memory_order_relaxed) != ds::block_state::live)
+        return report_misuse({misuse::double_free, name(), p, bytes, 0});
       std::size_t need = std::max(bytes, align);
       if (need > ds::max_class || ds::class_of(need) != pg.cls)
         return report_misuse({misuse::wrong_size, name(), p, bytes, cb});
-      pg.bits[k / 64] &= ~(std::uint64_t{1} << (k % 64));
-      if (pg.used-- == ds::class_blocks(pg.cls)) link(pg.cls, i);
-      ++free_class_blocks_;
       note_device_free(cb, bytes);
-      // An empty slab goes back to the pages, unless it is its class's last one (no thrash).
-      if (pg.used == 0 && !(partial_[pg.cls] == i && pg.next == ds::none)) {
-        unlink(pg.cls, i);
-        free_class_blocks_ -= ds::class_blocks(pg.cls);
-        pg.type = page::kind::freed;
-        give_pages(i, 1);
-      }
+      release_block(i, k);
       return;
     }
     if (pg.type == page::kind::run_head && off == 0) {
@@ -602,15 +806,23 @@ class budget_slab {
   char* base_ = nullptr;         // the first page: page-aligned, inside the reservation
   std::size_t page_count_ = 0;   // base_ + page_count_ * page_bytes <= reservation_ + reservation_bytes_
 
+  const std::uint64_t id_ = detail::slab::next_slab_id.fetch_add(1, std::memory_order_relaxed);  // never reused
+  // Read without the lock by the thread caches (written under it):
+  std::unique_ptr<std::atomic<std::uint8_t>[]> class_tag_;  // per page: class + 1 while a slab, else 0
+  // per page, made when it first becomes a slab: the state of each block (block_state)
+  std::vector<std::unique_ptr<std::atomic<detail::slab::block_state>[]>> block_state_;
+
   mutable detail::slab::spinlock lock_;  // guards everything below
   std::vector<page> pages_;
   detail::slab::free_runs runs_;  // free pages + slab pages + run pages == page_count_
   std::array<std::size_t, detail::slab::class_count> partial_{};  // per class: first slab with a free block
   std::size_t free_class_blocks_ = 0;  // free blocks in all slabs
   std::unordered_map<void*, spill_entry> spilled_;  // live spilled blocks
+  std::vector<std::shared_ptr<detail::slab::thread_cache>> caches_;  // of the threads that freed into this slab
   std::size_t spill_budget_;
   std::size_t spill_charged_ = 0;  // spilled_bytes + spills in flight <= spill_budget_ (unless lowered)
-  // live_bytes == device blocks (rounded) + spilled_bytes;  reserved_bytes == device_budget() + spilled_bytes
+  // live_bytes == device blocks allocated in the bitmaps (cached ones too) + spilled_bytes;
+  // reserved_bytes == device_budget() + spilled_bytes. stats() adds the caches' counters.
   // free_bytes == device_budget() - device blocks
   vram::stats counters_{};
 };
