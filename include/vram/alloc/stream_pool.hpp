@@ -94,16 +94,22 @@ struct stream_pool_options {
 /// Thread safety: all members may be called concurrently. Each stream has a "lane" (bins,
 /// live-block map, counters) under its own small lock; the best-fit heap has one mutex taken
 /// only on bin misses, large requests, frees that overflow a bin, growth and release. Threads
-/// that each use their own stream do not contend on the small-size path (beyond one shared
-/// atomic counter of live bytes that keeps peak_live_bytes exact).
+/// that each use their own stream share no lock and no written cache line on the small-size
+/// path: each lane keeps its own ledger of the live blocks allocated on its stream.
+///
+/// Statistics: stats() adds the ledgers up, so current figures (live, requested, counts) are
+/// exact. Peaks are exact when one stream was used (one ledger); with several streams,
+/// peak_live_bytes and peak_requested_bytes are the sum of the streams' peaks, capped by the
+/// reserved peak: an upper bound (a statistics_adaptor in front gives exact peaks for all).
 ///
 /// Alignment: every block is 256-byte aligned; larger alignments are served from the heap.
 /// Upstream: held by value and owned; chunks go back to it in release() and the destructor.
 /// With a contiguous upstream (has_contiguous_growth, contiguous() true: cuda_vmm_source,
 /// simulated_device_source in contiguous mode) adjacent chunks merge, so the pool grows in
 /// place and release() can return any granularity-aligned free piece.
-/// Complexity: bin hit O(1); heap O(log n + s) with n free blocks and s streams holding free
-/// blocks (the steal search); growth and release O(chunks + blocks touched).
+/// Complexity: bin hit O(1); heap allocation O(1 + s) (segregated lists with bitmaps, plus a
+/// walk of one size class) with s streams holding free blocks (the steal search); a free
+/// O(length of one size class); growth and release O(chunks + blocks touched).
 /// Zero bytes: allocate returns nullptr; deallocate(nullptr, ...) does nothing.
 /// Misuse (foreign pointer, double free, wrong size) is reported through report_misuse and
 /// changes nothing.
@@ -146,7 +152,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   ~stream_pool() {
     std::lock_guard lock(heap_mutex_);
     flush_lanes();
-    if (live_bytes_.load() != 0) report_misuse({misuse::live_at_destruction, name(), nullptr, live_bytes_.load(), 0});
+    if (std::size_t live = stats_locked().live_bytes; live != 0)
+      report_misuse({misuse::live_at_destruction, name(), nullptr, live, 0});
     for (auto& [key, info] : streams_) {
       if (key == 0 || info.index.empty()) continue;
       try {
@@ -210,6 +217,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
         return reinterpret_cast<void*>(b->addr);
       }
     }
+    lane* l = lane_for(s);  // books the block (counters only); before the heap mutex: it may take it
     std::optional<detail::pool_marker> wait_on;
     block* b;
     {
@@ -223,10 +231,13 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       }
       b->state = block_state::live;
       b->requested = bytes;
-      raise_live(b->size);
-      heap_requested_ += bytes;
-      heap_peak_requested_ = std::max(heap_peak_requested_, heap_requested_);
-      ++heap_allocations_;
+      b->booked = l;
+      if (l != nullptr) {
+        std::lock_guard lock(l->mutex);
+        l->ledger.book(b->size, bytes);
+      } else {
+        heap_ledger_.book(b->size, bytes);
+      }
     }
     if (wait_on) wait_on->make_wait(s);
     observer_.on_allocate(reinterpret_cast<void*>(b->addr), bytes, s);
@@ -328,6 +339,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 #if VRAM_DEBUG
     std::size_t reserved = 0, free_bytes = 0, free_count = 0, live_bytes = 0, live_count = 0, lane_blocks = 0;
     std::map<std::uintptr_t, std::size_t> free_per_stream;
+    std::map<std::uintptr_t, const block*> heap_booked;  // heap-live blocks booked to a lane
+    std::size_t heap_unbooked = 0, heap_unbooked_requested = 0;
     for (auto& [addr, c] : chunks_) {
       if (addr != c->addr || c->first == nullptr || c->first->prev != nullptr) fail("chunk head");
       reserved += c->size;
@@ -351,6 +364,12 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
             ++live_count;
             live_bytes += b->size;
             if (const_cast<live_map&>(heap_live_).find(b->addr) == nullptr) fail("live block not in the live map");
+            if (b->booked != nullptr) {
+              heap_booked.emplace(b->addr, b);
+            } else {
+              heap_unbooked += b->size;
+              heap_unbooked_requested += b->requested;
+            }
             break;
           case block_state::lane: ++lane_blocks; break;
         }
@@ -361,18 +380,25 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     if (free_count != free_count_ || free_bytes != free_bytes_) fail("free index disagrees with the blocks");
     std::size_t lane_live = 0, lane_cached = 0;
     for_each_lane([&](lane& l) {
-      std::size_t in_map_cached = 0, requested = 0;
+      std::size_t in_map_cached = 0, requested = 0, live_in_lane = 0;
       l.live.for_each([&](std::uintptr_t a, block* b) {
-        if (b->addr != a || b->state != block_state::lane) fail("lane live map");
+        if (b->addr != a || b->state != block_state::lane || b->booked != &l) fail("lane live map");
         if (b->cached) {
           ++in_map_cached;
           return;
         }
         ++lane_live;
         live_bytes += b->size;
+        live_in_lane += b->size;
         requested += b->requested;
       });
-      if (requested != l.requested || l.peak_requested < l.requested) fail("lane requested bytes");
+      for (const auto& [a, b] : heap_booked)
+        if (b->booked == &l) {
+          live_in_lane += b->size;
+          requested += b->requested;
+        }
+      if (requested != l.ledger.requested || live_in_lane != l.ledger.live) fail("lane ledger disagrees with its blocks");
+      if (l.ledger.peak_requested < l.ledger.requested || l.ledger.peak_live < l.ledger.live) fail("lane peaks");
       std::size_t bytes = 0, in_bins = 0;
       for (std::size_t i = 0; i < classes::count; ++i)
         for (block* b : l.bins[i]) {
@@ -387,6 +413,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     });
     if (live_bytes != st.live_bytes) fail("live bytes disagree with the blocks");
     if (heap_live_.size() != live_count) fail("heap live map disagrees with the blocks");
+    if (heap_unbooked != heap_ledger_.live || heap_unbooked_requested != heap_ledger_.requested)
+      fail("heap ledger disagrees with its blocks");
     if (lane_live + lane_cached != lane_blocks) fail("lanes disagree with the blocks");
     for (auto& [key, info] : streams_)
       if (info.index.size() != free_per_stream[key]) fail("per-stream free counts");
@@ -405,6 +433,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   enum class block_state : std::uint8_t { free, live, lane };
   struct chunk;
   struct block;
+  struct lane;
 
   /// A block of a chunk, host-side. Within a chunk, blocks are linked in address order and
   /// tile it: first->addr == chunk.addr, b->addr + b->size == b->next->addr.
@@ -419,6 +448,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     std::uint64_t epoch = 0;    // free: the stream's free counter when it was freed
     block_state state = block_state::free;
     bool cached = false;        // lane-owned: in a bin (written and read under the lane's lock only)
+    lane* booked = nullptr;     // live: whose ledger counts it (a lane-owned block: its lane; nullptr: the heap's)
     block* free_prev = nullptr;  // free: links of its stream key's best-fit index
     block* free_next = nullptr;
   };
@@ -443,10 +473,32 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   using live_map = detail::pool_flat_map<block*>;
 
+  /// The counters of the live blocks booked to one lane (under its lock) or to the heap
+  /// (under the heap mutex): no counter is shared by two lanes, so threads on their own
+  /// streams write no common cache line. live == sum of sizes <= peak_live; requested == sum
+  /// of `requested` <= peak_requested.
+  struct ledger {
+    std::size_t live = 0, peak_live = 0;
+    std::size_t requested = 0, peak_requested = 0;
+    std::size_t allocations = 0, deallocations = 0;
+    void book(std::size_t size, std::size_t bytes) noexcept {
+      live += size;
+      peak_live = std::max(peak_live, live);
+      requested += bytes;
+      peak_requested = std::max(peak_requested, requested);
+      ++allocations;
+    }
+    void unbook(std::size_t size, std::size_t bytes) noexcept {
+      live -= size;
+      requested -= bytes;
+      ++deallocations;
+    }
+  };
+
   /// One stream's fast path. Its map holds every block the lane owns, live or cached (a bin
-  /// hit or a cached free touches no map). Invariants: cached_bytes == sum of sizes in bins;
-  /// requested == sum of `requested` of its live (not cached) blocks <= peak_requested.
-  struct lane {
+  /// hit or a cached free touches no map). Its ledger counts the live blocks allocated on its
+  /// stream, on its bins and on the heap. Invariant: cached_bytes == sum of sizes in bins.
+  struct alignas(64) lane {  // its own cache lines: threads on other streams never touch them
     lane(std::uintptr_t k, stream_ref s, std::size_t bin_capacity) : key(k), stream(s) {
       for (auto& bin : bins) bin.reserve(bin_capacity);
     }
@@ -456,10 +508,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     std::array<std::vector<block*>, classes::count> bins;
     live_map live;
     std::size_t cached_bytes = 0;
-    std::size_t requested = 0;
-    std::size_t peak_requested = 0;
-    std::size_t allocations = 0;
-    std::size_t deallocations = 0;
+    stream_pool::ledger ledger;
   };
 
   /// The calling thread's last lane lookup. Pool ids are never reused and lanes live as long
@@ -555,54 +604,48 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   // ---- accounting ---------------------------------------------------------------------
 
-  // One atomic read-modify-write per operation (live bytes, for the exact peak); everything
-  // else is counted per lane under its lock, or per heap under the heap mutex.
+  // Counting is per ledger (a lane's under its lock, the heap's under the heap mutex): no
+  // atomic read-modify-write on the bin path.
   void lane_take(lane& l, block* b, std::size_t requested) noexcept {  // pre: l's lock held
     b->requested = requested;
-    l.requested += requested;
-    l.peak_requested = std::max(l.peak_requested, l.requested);
-    ++l.allocations;
-    raise_live(b->size);
+    b->booked = &l;
+    l.ledger.book(b->size, requested);
   }
   void lane_give(lane& l, block* b) noexcept {  // pre: l's lock held
-    l.requested -= b->requested;
-    ++l.deallocations;
-    live_bytes_.fetch_sub(b->size, std::memory_order_relaxed);
-  }
-  void raise_live(std::size_t by) noexcept {
-    std::size_t now = live_bytes_.fetch_add(by, std::memory_order_relaxed) + by;
-    std::size_t p = peak_live_bytes_.load(std::memory_order_relaxed);
-    while (now > p && !peak_live_bytes_.compare_exchange_weak(p, now, std::memory_order_relaxed)) {
-    }
+    l.ledger.unbook(b->size, b->requested);
   }
 
   vram::stats stats_locked() const {
     vram::stats st;
-    st.live_bytes = live_bytes_.load(std::memory_order_relaxed);
-    st.requested_bytes = heap_requested_;
-    st.peak_live_bytes = peak_live_bytes_.load(std::memory_order_relaxed);
-    std::size_t peak_requested = heap_peak_requested_;
+    st.live_bytes = heap_ledger_.live;
+    st.requested_bytes = heap_ledger_.requested;
+    std::size_t peak_live = heap_ledger_.peak_live;
+    std::size_t peak_requested = heap_ledger_.peak_requested;
     st.reserved_bytes = reserved_;
     st.peak_reserved_bytes = peak_reserved_;
-    st.total_allocations = heap_allocations_;
-    st.total_deallocations = heap_deallocations_;
+    st.total_allocations = heap_ledger_.allocations;
+    st.total_deallocations = heap_ledger_.deallocations;
     st.free_bytes = free_bytes_;
     st.free_blocks = free_count_;
     for (auto& [key, info] : streams_)
       if (const block* b = info.index.largest()) st.largest_free_block = std::max(st.largest_free_block, b->size);
     for_each_lane([&](lane& l) {
-      st.total_allocations += l.allocations;
-      st.total_deallocations += l.deallocations;
-      st.requested_bytes += l.requested;
-      peak_requested += l.peak_requested;
+      st.live_bytes += l.ledger.live;
+      peak_live += l.ledger.peak_live;
+      st.total_allocations += l.ledger.allocations;
+      st.total_deallocations += l.ledger.deallocations;
+      st.requested_bytes += l.ledger.requested;
+      peak_requested += l.ledger.peak_requested;
       st.free_bytes += l.cached_bytes;
       for (const auto& bin : l.bins) {
         st.free_blocks += bin.size();
         for (const block* b : bin) st.largest_free_block = std::max(st.largest_free_block, b->size);
       }
     });
-    // The sum of per-lane and heap peaks bounds the true peak from above, and so does the
-    // live peak (a block is never smaller than its request): exact with one lane in use.
+    // Peaks: the sum of the ledgers' peaks bounds the true peak from above, and is exact when
+    // one ledger was ever used (one stream). The reserved peak bounds the live peak too, and
+    // the live peak the requested one (a block is never smaller than its request).
+    st.peak_live_bytes = std::max(st.live_bytes, std::min(peak_live, peak_reserved_));
     st.peak_requested_bytes = std::max(st.requested_bytes, std::min(peak_requested, st.peak_live_bytes));
     st.live_allocations = st.total_allocations - st.total_deallocations;
     st.upstream_allocations = upstream_allocations_;
@@ -1067,10 +1110,13 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     observer_.on_deallocate(p, bytes, s);
   }
 
-  void give_heap_live(block* b) noexcept {
-    live_bytes_.fetch_sub(b->size, std::memory_order_relaxed);
-    heap_requested_ -= b->requested;
-    ++heap_deallocations_;
+  void give_heap_live(block* b) noexcept {  // pre: heap mutex held
+    if (lane* l = b->booked) {
+      std::lock_guard lock(l->mutex);
+      l->ledger.unbook(b->size, b->requested);
+    } else {
+      heap_ledger_.unbook(b->size, b->requested);
+    }
   }
 
   /// True when addr starts a free block (a second free of a block); pre: addr is in no map.
@@ -1091,12 +1137,6 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   std::size_t granularity_ = quantum;
 
   const std::uint64_t id_ = detail::pool_next_id();  // names this pool in threads' lane caches
-  // Exact, shared by all paths: live_bytes_ == sum of sizes of live blocks (heap and lanes).
-  // On their own cache line: every operation writes live_bytes_, and nothing read on the bin
-  // path (id_, lane_keys_, options_) may share its line.
-  alignas(64) std::atomic<std::size_t> live_bytes_{0};
-  std::atomic<std::size_t> peak_live_bytes_{0};
-  alignas(64) char after_counters_ = 0;
 
   // Lanes: slots are claimed under heap_mutex_ and never freed before destruction.
   std::array<std::atomic<std::uintptr_t>, max_lanes> lane_keys_{};  // stream key + 1; 0: empty slot
@@ -1114,15 +1154,12 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   stream_info* last_info_ = nullptr;  // info_of's memo: &streams_[last_info_key_], a stream's key
   std::uintptr_t last_info_key_ = 0;
   block* spare_ = nullptr;                       // recycled block nodes
-  // reserved_ == live_bytes_ + free_bytes_ + sum of lanes' cached_bytes
+  // reserved_ == live bytes of all ledgers + free_bytes_ + sum of lanes' cached_bytes
   std::size_t reserved_ = 0;
   std::size_t peak_reserved_ = 0;
   std::size_t free_bytes_ = 0;
   std::size_t free_count_ = 0;
-  std::size_t heap_requested_ = 0;  // == sum of `requested` of heap-live blocks
-  std::size_t heap_peak_requested_ = 0;
-  std::size_t heap_allocations_ = 0;
-  std::size_t heap_deallocations_ = 0;
+  ledger heap_ledger_;  // heap-live blocks booked to no lane (their stream had none: over 64 streams)
   std::size_t upstream_allocations_ = 0;
   std::size_t upstream_deallocations_ = 0;
   std::size_t ooms_ = 0;
