@@ -538,3 +538,65 @@ TEST_CASE("stream_pool: more streams than lanes take the heap path", "[stream_po
   pool.deallocate_sync(big, 4 * MiB);
   pool.check_invariants();
 }
+
+TEST_CASE("stream_pool: with several streams, peaks are bounds; with one, exact", "[stream_pool][streams]") {
+  // Each stream's lane keeps its own ledger (no shared counter on the fast path), so the pool
+  // knows each stream's peak but not when they coincided: it reports their sum, capped by the
+  // reserved peak. The true peak is tracked here.
+  sim_pool pool(contiguous_device(256 * MiB), {});
+  vram::host_stream a, b;
+  vram::host_stream* streams[] = {&a, &b};
+  std::mt19937 rng(7);
+  struct live_block {
+    void* p;
+    std::size_t bytes;
+    int stream;
+  };
+  std::vector<live_block> live;
+  std::size_t live_bytes = 0, true_peak = 0, sum_requested = 0, true_peak_requested = 0;
+  for (int i = 0; i < 2000; ++i) {
+    if (live.empty() || rng() % 100 < 55) {
+      std::size_t bytes = 1 + rng() % (rng() % 4 == 0 ? 2 * MiB : 8 * KiB);
+      int s = static_cast<int>(rng() % 2);
+      live.push_back({pool.allocate(*streams[s], bytes), bytes, s});
+      live_bytes += vram::align_up(bytes, 256);
+      sum_requested += bytes;
+      true_peak = std::max(true_peak, live_bytes);
+      true_peak_requested = std::max(true_peak_requested, sum_requested);
+    } else {
+      std::size_t k = rng() % live.size();
+      live_block x = live[k];
+      live[k] = live.back();
+      live.pop_back();
+      pool.deallocate(*streams[rng() % 2], x.p, x.bytes);  // freed on either stream
+      live_bytes -= vram::align_up(x.bytes, 256);
+      sum_requested -= x.bytes;
+    }
+    if (i % 100 == 0) {
+      auto st = pool.stats();
+      REQUIRE(st.live_bytes == live_bytes);
+      REQUIRE(st.requested_bytes == sum_requested);
+      REQUIRE(st.peak_live_bytes >= true_peak);
+      REQUIRE(st.peak_live_bytes <= st.peak_reserved_bytes);
+      REQUIRE(st.peak_requested_bytes >= true_peak_requested);
+      REQUIRE(st.peak_requested_bytes <= st.peak_live_bytes);
+      pool.check_invariants();
+    }
+  }
+  for (auto& x : live) pool.deallocate(*streams[x.stream], x.p, x.bytes);
+  CHECK(pool.stats().live_bytes == 0);
+  pool.check_invariants();
+
+  // One stream: every block is booked to its lane, bins and heap alike, so the peaks are exact.
+  sim_pool single(contiguous_device(256 * MiB), {});
+  void* big = single.allocate(a, 3 * MiB);     // heap path
+  void* small = single.allocate(a, 1000);      // bin path
+  single.deallocate(a, big, 3 * MiB);
+  void* big2 = single.allocate(a, 2 * MiB);
+  auto st = single.stats();
+  CHECK(st.peak_live_bytes == 3 * MiB + 1024);
+  CHECK(st.peak_requested_bytes == 3 * MiB + 1000);
+  single.deallocate(a, small, 1000);
+  single.deallocate(a, big2, 2 * MiB);
+  single.check_invariants();
+}
