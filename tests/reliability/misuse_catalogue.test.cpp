@@ -99,8 +99,6 @@ TEMPLATE_LIST_TEST_CASE("errors.md: a foreign pointer is reported and changes no
 
 // ---- row: wrong size -----------------------------------------------------------------------
 TEMPLATE_LIST_TEST_CASE("errors.md: a wrong size on free is reported and changes nothing", "[misuse]", fixtures) {
-  // statistics_adaptor has a known defect here: see the [!mayfail] test at the end.
-  if constexpr (std::is_same_v<TestType, vram::test::statistics_adaptor_fixture>) return;
   vram::test::misuse_capture capture;
   auto r = TestType::make();
   void* p = r.allocate_sync(1000);
@@ -337,8 +335,8 @@ TEMPLATE_LIST_TEST_CASE("errors.md: out of memory is vram::out_of_memory with th
   r.deallocate_sync(keep, 512);
 }
 
-// ---- known defects (see the report in docs/errors.md) ----------------------------------------
-TEST_CASE("errors.md: statistics_adaptor keeps its counters on a wrong-size free", "[misuse][!mayfail]") {
+// ---- fixed defects (docs/errors.md), kept as regression tests --------------------------------
+TEST_CASE("errors.md: statistics_adaptor keeps its counters on a wrong-size free", "[misuse]") {
   vram::test::misuse_capture capture;
   vram::statistics_adaptor<vram::host_source> stats(vram::host_source{});
   void* p = stats.allocate_sync(1000);

@@ -2,12 +2,14 @@
 // vram::statistics_adaptor<Upstream>: counts what passes through it, per tenant.
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <utility>
 
 #include <vram/core/concepts.hpp>
 #include <vram/core/error.hpp>
+#include <vram/core/error_handler.hpp>
 #include <vram/core/tenant.hpp>
 #include <vram/detail/adaptor_counters.hpp>
 
@@ -29,7 +31,8 @@ namespace vram {
 /// Streams, alignment: those of the upstream (forwarded unchanged).
 /// Upstream: held by value. Copies share the counters and compare equal when the upstreams do.
 /// Misuse: a pointer the upstream does not own (when the upstream can tell, `owns`) is not
-/// counted; the upstream reports it.
+/// counted; the upstream reports it. A free the upstream refuses (it reports misuse, e.g. a
+/// wrong size) leaves the counters as they were.
 /// Complexity: O(1) per operation; stats() is O(shards x max_tenants).
 template <class Upstream>
 class statistics_adaptor : public forward_properties<statistics_adaptor<Upstream>, Upstream> {
@@ -59,8 +62,14 @@ class statistics_adaptor : public forward_properties<statistics_adaptor<Upstream
   }
   void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align, tenant t) noexcept {
     if (p == nullptr) return;
-    if (counts(p)) counters_->on_deallocate(t, bytes);
+    // Counted before the upstream frees, so a thread that gets the same memory next cannot
+    // count it first (a false peak); taken back if the upstream refuses the free (wrong size).
+    bool counted = counts(p);
+    if (counted) counters_->on_deallocate(t, bytes);
+    std::uint64_t reports = detail::misuse_reports_on_this_thread();
     upstream_.deallocate(s, p, bytes, align);
+    if (counted && detail::misuse_reports_on_this_thread() != reports) [[unlikely]]
+      counters_->undo_deallocate(t, bytes);
   }
 
   void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) {

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 
 namespace vram {
@@ -66,7 +67,19 @@ inline error_handler set_error_handler(error_handler h) noexcept {
 
 [[nodiscard]] inline error_handler get_error_handler() noexcept { return detail::error_handler_slot().load(); }
 
+namespace detail {
+/// How many misuse reports this thread has made. A free is noexcept and cannot say that it
+/// was refused; an adaptor compares this count before and after passing a free upstream.
+inline std::uint64_t& misuse_reports_on_this_thread() noexcept {
+  static thread_local std::uint64_t count = 0;
+  return count;
+}
+}  // namespace detail
+
 /// Reports misuse through the installed handler. Cold: it is never on a correct program's path.
-[[gnu::cold]] inline void report_misuse(const misuse_report& r) noexcept { get_error_handler()(r); }
+[[gnu::cold]] inline void report_misuse(const misuse_report& r) noexcept {
+  ++detail::misuse_reports_on_this_thread();
+  get_error_handler()(r);
+}
 
 }  // namespace vram

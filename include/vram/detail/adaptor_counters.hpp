@@ -107,6 +107,17 @@ class adaptor_counters {
     add(s, c.deallocations, 1);
   }
 
+  /// Takes back an on_deallocate whose free the upstream refused (misuse): the block is
+  /// still live. The peak stays: live was at least this high before the free.
+  void undo_deallocate(tenant t, std::size_t bytes) noexcept {
+    auto b = static_cast<std::int64_t>(bytes);
+    live_.fetch_add(b, std::memory_order_relaxed);
+    std::size_t s = counter_slot::get();
+    auto& c = shards_[s].tenants[index(t)];
+    add(s, c.live_bytes, b);
+    add(s, c.deallocations, -1);
+  }
+
   void on_out_of_memory() noexcept { ooms_.fetch_add(1, std::memory_order_relaxed); }
 
   [[nodiscard]] tenant_stats of(tenant t) const noexcept {
