@@ -368,3 +368,67 @@ TEST_CASE("budget_slab: several threads never exceed the budget or overlap", "[b
   CHECK(slab.upstream().counters().peak_live_bytes == 1 * MiB);
   CHECK(slab.spill_upstream().live_allocations() == 0);
 }
+
+TEST_CASE("budget_slab: thread caches reuse a freed block, keep stats exact and misuse caught", "[budget_slab][threads]") {
+  vram::test::misuse_capture capture;
+  slab_t slab(make_device(), vram::host_source{}, {.device_budget = 128 * KiB});
+  void* p = slab.allocate_sync(300);  // class 512 B
+  slab.deallocate_sync(p, 300);       // into this thread's cache
+  auto st = slab.stats();
+  CHECK(st.live_bytes == 0);
+  CHECK(st.requested_bytes == 0);
+  CHECK(st.live_allocations == 0);
+  CHECK(st.total_allocations == 1);
+  CHECK(st.total_deallocations == 1);
+  CHECK_FALSE(slab.owns(p));
+  slab.check_invariants();
+
+  void* q = slab.allocate_sync(400);  // the same class: the cached block comes back
+  CHECK(q == p);
+  CHECK(slab.owns(q));
+  CHECK(slab.stats().live_bytes == 512);
+  CHECK(slab.stats().requested_bytes == 400);
+  slab.deallocate_sync(q, 400);
+  auto before = state(slab);
+
+  slab.deallocate_sync(q, 400);  // a second free of a cached block, on this thread ...
+  std::thread other([&] { slab.deallocate_sync(q, 400); });  // ... and on another one
+  other.join();
+  CHECK(capture.count(vram::misuse::double_free) == 2);
+  CHECK(state(slab) == before);
+  slab.check_invariants();
+
+  // Before spilling, this thread's cache goes back to the slabs (free_blocks counts the
+  // slabs' free blocks, not the cached ones): the 128 KiB run still cannot be served (the
+  // slab stays, the last of its class) but the cached block is free again.
+  const std::size_t free_blocks = slab.stats().free_blocks;
+  void* big = slab.allocate_sync(128 * KiB);
+  CHECK(slab.residency(big) == vram::residency::host);
+  CHECK(slab.stats().free_blocks == free_blocks + 1);
+  slab.deallocate_sync(big, 128 * KiB);
+  slab.check_invariants();
+  CHECK(capture.count() == 2);
+}
+
+TEST_CASE("budget_slab: a thread's cache goes back to the slabs when it exits", "[budget_slab][threads]") {
+  slab_t slab(make_device(), vram::host_source{}, {.device_budget = 64 * KiB});  // one page
+  std::thread t([&] {
+    void* a = slab.allocate_sync(32 * KiB);  // the page becomes a slab of two 32 KiB blocks
+    void* b = slab.allocate_sync(32 * KiB);
+    CHECK(slab.residency(b) == vram::residency::device);
+    slab.deallocate_sync(a, 32 * KiB);  // both into t's cache (two blocks of 32 KiB fit)
+    slab.deallocate_sync(b, 32 * KiB);
+  });
+  t.join();
+  slab.check_invariants();
+  CHECK(slab.stats().live_bytes == 0);
+  CHECK(slab.stats().free_blocks == 2);  // flushed at t's exit: both free in the slab again
+  void* a = slab.allocate_sync(32 * KiB);
+  void* b = slab.allocate_sync(32 * KiB);
+  CHECK(slab.residency(a) == vram::residency::device);  // not spilled: nothing held by t
+  CHECK(slab.residency(b) == vram::residency::device);
+  CHECK(slab.stats().spills == 0);
+  slab.deallocate_sync(a, 32 * KiB);
+  slab.deallocate_sync(b, 32 * KiB);
+  slab.check_invariants();
+}

@@ -73,11 +73,24 @@ using default_spill_source = host_source;
 ///   `Spill`, so once device memory is freed, later requests go to the device again.
 /// - Beyond the spill budget too: vram::out_of_memory naming both budgets.
 /// - residency(p) says where an allocation lives.
+/// - Thread caches: a size-class block freed at the default alignment goes to a small cache of
+///   the freeing thread (per class at most 16 blocks and 64 KiB: 316 KiB a thread at most),
+///   and that thread's next request of the class takes it back; neither touches the lock, so a
+///   pair costs no atomic read-modify-write. A full class list gives its older half back to
+///   the slabs; a thread's whole cache goes back before it spills and when it exits. Blocks in
+///   other threads' caches are not available to a thread (they are free, but held): at worst
+///   a request spills while other threads hold up to 316 KiB each.
 ///
 /// Thread safety: all members may be called concurrently (one spin lock around the
-/// bookkeeping; Spill is called and the pressure callback runs outside it). The device
-/// budget cannot be exceeded even transiently (it is a single reservation), and the spill
-/// budget is charged before Spill is called, so concurrent spills cannot overshoot it.
+/// bookkeeping, and the thread caches above; Spill is called and the pressure callback runs
+/// outside the lock). The device budget cannot be exceeded even transiently (it is a single
+/// reservation), and the spill budget is charged before Spill is called, so concurrent spills
+/// cannot overshoot it.
+/// Stats: exact once the threads that use the slab are quiet (counts, live and requested
+/// bytes, spills); while they run, stats() adds each thread cache's counters as last written.
+/// Peaks (peak_live_bytes, peak_requested_bytes) are kept under the lock, which counts cached
+/// blocks as live: they may exceed the true peaks by the bytes the caches held at the time.
+/// free_blocks / largest_free_block describe the slabs and pages, not the caches.
 /// Streams: memory is ready when allocate returns. deallocate(s, p, ...) synchronizes `s`
 /// before the block can be handed out again (to any stream); free with deallocate_sync after
 /// your own synchronization to avoid that wait. (For stream-ordered reuse without waits, use
@@ -87,7 +100,9 @@ using default_spill_source = host_source;
 /// Upstreams: both held by value; the reservation is returned in the destructor.
 /// Zero bytes: allocate returns nullptr; deallocate(nullptr, ...) does nothing.
 /// Misuse on deallocate (foreign pointer, double free, size of another class or run, a
-/// spilled pointer freed twice) is reported and changes nothing. The size check on the
+/// spilled pointer freed twice) is reported and changes nothing. Each block has an atomic
+/// state (free, live, cached), so a second free of a block that sits in any thread's cache is
+/// caught too (two frees of one block racing each other on two threads are not). The size check on the
 /// device is per size class (the class of the size given must be the block's class); runs
 /// and spilled blocks check the exact size.
 template <class Device, class Spill = default_spill_source, class Observer = no_observer>
@@ -112,7 +127,7 @@ class budget_slab {
     page_count_ = (reserve - static_cast<std::size_t>(base_ - reservation_)) / ds::page_bytes;
     try {
       pages_.resize(page_count_);
-      block_state_.resize(page_count_);
+      blocks_.resize(page_count_);
       class_tag_ = std::make_unique<std::atomic<std::uint8_t>[]>(page_count_);
       if (page_count_ != 0) runs_.give(0, page_count_);
     } catch (...) {
@@ -265,7 +280,7 @@ class budget_slab {
     std::size_t cb = detail::slab::class_bytes(pg.cls);
     std::size_t k = off >> detail::slab::class_shift(pg.cls);
     return (off & (cb - 1)) == 0 && bit(pg, k) &&
-           block_state_[i][k].load(std::memory_order_relaxed) == detail::slab::block_state::live;
+           blocks_[i]->state[k].load(std::memory_order_relaxed) == detail::slab::block_state::live;
   }
 
   /// Runs before spilling with the bytes requested; may free memory of this slab (or evict
@@ -334,9 +349,9 @@ class budget_slab {
         device_live += pg.used * cb;
         free_blocks += blocks - pg.used;
         live_blocks += pg.used;
-        if (block_state_[i] == nullptr || class_tag_[i].load() != pg.cls + 1u) fail("a slab without its class tag or block states");
+        if (blocks_[i] == nullptr || class_tag_[i].load() != pg.cls + 1u) fail("a slab without its class tag or block states");
         for (std::size_t k = 0; k < blocks; ++k) {
-          auto st = block_state_[i][k].load();
+          auto st = blocks_[i]->state[k].load();
           if ((st != ds::block_state::free) != bit(pg, k)) fail("a block's state disagrees with its bitmap bit");
           if (st == ds::block_state::cached) cached_bytes += cb;
         }
@@ -482,9 +497,9 @@ class budget_slab {
     namespace ds = detail::slab;
     ds::thread_cache* c = own_cache();
     if (c == nullptr || c->count[cls] == 0) return nullptr;
-    void* p = c->blocks[cls][--c->count[cls]].p;
+    void* p = c->blocks[cls][--c->count[cls]];
     auto [i, off] = locate(p);
-    block_state_[i][off >> ds::class_shift(cls)].store(ds::block_state::live, std::memory_order_relaxed);
+    blocks_[i]->state[off >> ds::class_shift(cls)].store(ds::block_state::live, std::memory_order_relaxed);
     const std::size_t cb = ds::class_bytes(cls);
     ds::owner_add(c->live_bytes, cb);
     ds::owner_add(c->requested_bytes, bytes);
@@ -503,7 +518,7 @@ class budget_slab {
     const std::size_t cls = tag - 1u, shift = ds::class_shift(cls), k = off >> shift;
     const std::size_t need = std::max(bytes, align);
     if ((off & ((std::size_t{1} << shift) - 1)) != 0 || need > ds::max_class || ds::class_of(need) != cls) return false;
-    auto& state = block_state_[i][k];
+    auto& state = blocks_[i]->state[k];
     if (state.load(std::memory_order_relaxed) != ds::block_state::live) return false;  // double free: reported there
     ds::thread_cache* c = own_cache();
     if (c == nullptr) [[unlikely]] {
@@ -513,7 +528,7 @@ class budget_slab {
     if (c->count[cls] == ds::cache_depth(cls)) [[unlikely]]
       flush_cache(*c, cls, ds::cache_depth(cls) / 2);
     state.store(ds::block_state::cached, std::memory_order_relaxed);
-    c->blocks[cls][c->count[cls]++] = {p, bytes};
+    c->blocks[cls][c->count[cls]++] = p;
     const std::size_t cb = std::size_t{1} << shift;
     ds::owner_add(c->live_bytes, std::size_t{0} - cb);
     ds::owner_add(c->requested_bytes, std::size_t{0} - bytes);
@@ -530,9 +545,9 @@ class budget_slab {
     namespace ds = detail::slab;
     const std::size_t cb = ds::class_bytes(cls);
     for (std::size_t j = 0; j < n; ++j) {
-      auto [p, requested] = c.blocks[cls][j];
-      auto [i, off] = locate(p);
-      release_block(i, off >> ds::class_shift(cls));
+      auto [i, off] = locate(c.blocks[cls][j]);
+      const std::size_t k = off >> ds::class_shift(cls), requested = blocks_[i]->requested[k];
+      release_block(i, k);
       // The block leaves the slab's counters (which counted it live) and the cache's (which
       // counted its free): the sums stay what the callers did.
       counters_.live_bytes -= cb;
@@ -566,6 +581,8 @@ class budget_slab {
     std::lock_guard lock(slab.lock_);
     for (std::size_t cls = 0; cls < detail::slab::class_count; ++cls) slab.flush_cache_locked(c, cls, c.count[cls]);
     add_cache_counters(slab.counters_, c);
+    for (auto* counter : {&c.live_bytes, &c.requested_bytes, &c.allocations, &c.deallocations})
+      counter->store(0, std::memory_order_relaxed);  // folded: the destructor may still add this cache
     slab.counters_.peak_live_bytes = std::max(slab.counters_.peak_live_bytes, slab.counters_.live_bytes);
     slab.counters_.peak_requested_bytes = std::max(slab.counters_.peak_requested_bytes, slab.counters_.requested_bytes);
     std::erase_if(slab.caches_, [&](const auto& e) { return e.get() == &c; });
@@ -594,7 +611,8 @@ class budget_slab {
         break;
       }
     }
-    block_state_[i][k].store(ds::block_state::live, std::memory_order_relaxed);
+    blocks_[i]->state[k].store(ds::block_state::live, std::memory_order_relaxed);
+    blocks_[i]->requested[k] = static_cast<std::uint16_t>(bytes);
     if (++pg.used == ds::class_blocks(cls)) unlink(cls, i);
     --free_class_blocks_;
     note_device_alloc(ds::class_bytes(cls), bytes);
@@ -614,7 +632,7 @@ class budget_slab {
     if ((off & ((std::size_t{1} << shift) - 1)) != 0 || !bit(pg, k) || need > ds::max_class || ds::class_of(need) != cls ||
         pg.used == ds::class_blocks(cls) || pg.used == 1) [[unlikely]]
       return false;
-    auto& state = block_state_[i][k];
+    auto& state = blocks_[i]->state[k];
     if (state.load(std::memory_order_relaxed) != ds::block_state::live) [[unlikely]]
       return false;
     state.store(ds::block_state::free, std::memory_order_relaxed);
@@ -630,7 +648,7 @@ class budget_slab {
   void release_block(std::size_t i, std::size_t k) noexcept {
     namespace ds = detail::slab;
     page& pg = pages_[i];
-    block_state_[i][k].store(ds::block_state::free, std::memory_order_relaxed);
+    blocks_[i]->state[k].store(ds::block_state::free, std::memory_order_relaxed);
     pg.bits[k / 64] &= ~(std::uint64_t{1} << (k % 64));
     if (pg.used-- == ds::class_blocks(pg.cls)) link(pg.cls, i);
     ++free_class_blocks_;
@@ -654,10 +672,10 @@ class budget_slab {
       if (i == ds::none) [[unlikely]] {
         i = runs_.take(1);
         if (i == ds::none) return nullptr;
-        if (block_state_[i] == nullptr) {  // the page's first time as a slab (the states stay: all free)
+        if (blocks_[i] == nullptr) {  // the page's first time as a slab (the states stay: all free)
           try {
-            block_state_[i] = std::make_unique<std::atomic<ds::block_state>[]>(ds::max_blocks);
-          } catch (...) {  // no host memory for 256 bytes: serve this request from the spill side
+            blocks_[i] = std::make_unique<ds::slab_blocks>();
+          } catch (...) {  // no host memory for the block states: serve this request from the spill side
             give_pages(i, 1);
             return nullptr;
           }
@@ -694,7 +712,7 @@ class budget_slab {
       std::size_t k = off >> ds::class_shift(pg.cls);
       if ((off & (cb - 1)) != 0) return report_misuse({misuse::foreign_pointer, name(), p, bytes, 0});
       // A block in a thread cache is allocated in the bitmap but already freed by the caller.
-      if (!bit(pg, k) || block_state_[i][k].load(std::memory_order_relaxed) != ds::block_state::live)
+      if (!bit(pg, k) || blocks_[i]->state[k].load(std::memory_order_relaxed) != ds::block_state::live)
         return report_misuse({misuse::double_free, name(), p, bytes, 0});
       std::size_t need = std::max(bytes, align);
       if (need > ds::max_class || ds::class_of(need) != pg.cls)
@@ -809,8 +827,7 @@ class budget_slab {
   const std::uint64_t id_ = detail::slab::next_slab_id.fetch_add(1, std::memory_order_relaxed);  // never reused
   // Read without the lock by the thread caches (written under it):
   std::unique_ptr<std::atomic<std::uint8_t>[]> class_tag_;  // per page: class + 1 while a slab, else 0
-  // per page, made when it first becomes a slab: the state of each block (block_state)
-  std::vector<std::unique_ptr<std::atomic<detail::slab::block_state>[]>> block_state_;
+  std::vector<std::unique_ptr<detail::slab::slab_blocks>> blocks_;  // per page, made when it first becomes a slab
 
   mutable detail::slab::spinlock lock_;  // guards everything below
   std::vector<page> pages_;

@@ -36,6 +36,15 @@ enum class block_state : std::uint8_t {
   cached = 2,  // in a thread cache: allocated in the bitmap, free to the caller (a free of it is a double free)
 };
 
+/// Per slab page (made when the page first becomes a slab, kept after): each block's state,
+/// read and written by the thread caches without the lock, and the size its allocation from
+/// the slab named (under the lock only: a flush moves exactly that back out of the counters).
+struct slab_blocks {
+  std::atomic<block_state> state[max_blocks] = {};
+  std::uint16_t requested[max_blocks] = {};
+};
+static_assert(max_class <= 0xffff, "a class block's request fits in 16 bits");
+
 /// Adds to a counter that only its owner thread writes: a load and a store, no locked
 /// instruction. Other threads read it (relaxed): a snapshot, exact once the owner is quiet.
 template <class T>
@@ -50,11 +59,7 @@ inline void owner_add(std::atomic<T>& a, T d) noexcept {
 ///     (stats() adds them to those; modulo 2^64)
 ///   count[cls] <= cache_depth(cls);  blocks[cls][0, count[cls]) are in the cached state
 struct thread_cache {
-  struct entry {
-    void* p;
-    std::size_t requested;  // the size its free named (moved back to the slab's counters on a flush)
-  };
-  entry blocks[class_count][cache_max_depth] = {};
+  void* blocks[class_count][cache_max_depth] = {};
   std::size_t count[class_count] = {};
 
   std::atomic<std::size_t> live_bytes{0}, requested_bytes{0}, allocations{0}, deallocations{0};
