@@ -89,7 +89,8 @@ using default_spill_source = host_source;
 /// Stats: exact once the threads that use the slab are quiet (counts, live and requested
 /// bytes, spills); while they run, stats() adds each thread cache's counters as last written.
 /// Peaks (peak_live_bytes, peak_requested_bytes) are kept under the lock, which counts cached
-/// blocks as live: they may exceed the true peaks by the bytes the caches held at the time.
+/// blocks as live (with the size their allocation from the slab named): they may be off the
+/// true peaks by the bytes the caches held at the time.
 /// free_blocks / largest_free_block describe the slabs and pages, not the caches.
 /// Streams: memory is ready when allocate returns. deallocate(s, p, ...) synchronizes `s`
 /// before the block can be handed out again (to any stream); free with deallocate_sync after
@@ -493,7 +494,7 @@ class budget_slab {
   }
 
   /// allocate()'s first try: the newest cached block of class `cls`, or nullptr.
-  void* take_cached(std::size_t cls, std::size_t bytes) noexcept {
+  [[gnu::always_inline]] void* take_cached(std::size_t cls, std::size_t bytes) noexcept {
     namespace ds = detail::slab;
     ds::thread_cache* c = own_cache();
     if (c == nullptr || c->count[cls] == 0) return nullptr;
@@ -510,7 +511,7 @@ class budget_slab {
   /// deallocate()'s first try: a live block of a slab, freed with a size of its class, goes to
   /// this thread's cache (half of a full class list is flushed first). False, with nothing
   /// changed, for anything else: the locked path then frees it or reports the misuse.
-  bool put_cached(void* p, std::size_t bytes, std::size_t align) noexcept {
+  [[gnu::always_inline]] bool put_cached(void* p, std::size_t bytes, std::size_t align) noexcept {
     namespace ds = detail::slab;
     auto [i, off] = locate(p);
     const std::uint8_t tag = class_tag_[i].load(std::memory_order_acquire);
