@@ -811,8 +811,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
         }
         if (!info.pending->query()) break;
         std::vector<block*> ready;
+        std::uint64_t before = info.pending_epoch;  // (a structured binding: not capturable before C++20's fix in clang 16)
         info.index.for_each([&](block* b) {
-          if (b->epoch <= info.pending_epoch) ready.push_back(b);
+          if (b->epoch <= before) ready.push_back(b);
         });
         info.pending.reset();
         for (block* b : ready) {  // only key-0 neighbours join: blocks still keyed k wait their turn
