@@ -120,7 +120,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       auto& c = *hot_;
       const std::size_t footprint = align_up(bytes, default_alignment);
       if (c.bytes - c.top >= footprint && !c.blocks.full()) [[likely]] {
-        c.blocks.push_unchecked({c.top, bytes, true});
+        c.blocks.push_unchecked({c.top, bytes});
         return commit(c, c.top, bytes, footprint);
       }
     }
@@ -135,10 +135,10 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       auto& c = *hot_;
       if (!c.blocks.empty()) [[likely]] {
         const auto& b = c.blocks.back();
-        if (c.base + b.offset == p && b.requested == bytes) [[likely]] {
+        if (c.base + b.offset == p && b.live_with_size(bytes)) [[likely]] {
           note_free(bytes);
           c.blocks.pop_back();
-          if (c.blocks.empty() || !c.blocks.back().live) [[unlikely]] {
+          if (c.blocks.empty() || !c.blocks.back().live()) [[unlikely]] {
             c.pop_dead();
             if (c.blocks.empty()) step_back();
           } else {
@@ -176,14 +176,14 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     for (std::size_t i = current_; i > m.chunk; --i) {
       auto& c = chunks_[i];
       for (const auto& b : c.blocks)
-        if (b.live) note_free(b.requested);
+        if (b.live()) note_free(b.requested());
       c.blocks.clear();
       c.top = 0;
     }
     current_ = m.chunk;
     auto& c = chunks_[current_];
     while (!c.blocks.empty() && c.blocks.back().offset >= m.offset) {
-      if (c.blocks.back().live) note_free(c.blocks.back().requested);
+      if (c.blocks.back().live()) note_free(c.blocks.back().requested());
       c.blocks.pop_back();
     }
     c.pop_dead();
@@ -227,7 +227,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     for (const auto& c : chunks_) {
       if (!c.contains(p) || c.epoch != epoch_) continue;
       std::size_t i = c.find(static_cast<std::size_t>(static_cast<const char*>(p) - c.base));
-      return i < c.blocks.size() && c.blocks[i].live;
+      return i < c.blocks.size() && c.blocks[i].live();
     }
     return false;
   }
@@ -265,12 +265,12 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       if (i > step_last_ && c.high != 0) fail("a chunk above the step's last one was used");
       std::size_t prev_end = 0;
       for (const auto& b : c.blocks) {
-        if (b.offset < prev_end || b.requested == 0 || b.end() > c.bytes) fail("blocks overlap or leave the chunk");
+        if (b.offset < prev_end || b.requested() == 0 || b.end() > c.bytes) fail("blocks overlap or leave the chunk");
         prev_end = b.end();
-        if (b.live) live += b.end() - b.offset, requested += b.requested, ++count;
+        if (b.live()) live += b.end() - b.offset, requested += b.requested(), ++count;
       }
       if (c.top != prev_end) fail("top != end of the last block");
-      if (!c.blocks.empty() && !c.blocks.back().live) fail("a dead block on top of a chunk");
+      if (!c.blocks.empty() && !c.blocks.back().live()) fail("a dead block on top of a chunk");
     }
     if (live != stats_.live_bytes || requested != stats_.requested_bytes || count != live_count())
       fail("live totals disagree with the blocks");
@@ -300,7 +300,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
 
   /// Records a block of `bytes` at `offset` of `c` (pre: it fits) and returns its address.
   void* push(detail::arena_chunk& c, std::size_t offset, std::size_t bytes, std::size_t footprint) {
-    c.blocks.push_back({offset, bytes, true});  // may throw bad_alloc: nothing changed yet
+    c.blocks.push_back({offset, bytes});  // may throw bad_alloc: nothing changed yet
     return commit(c, offset, bytes, footprint);
   }
 
@@ -449,16 +449,16 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       return;
     }
     auto& b = c.blocks[k];
-    if (!b.live) {
+    if (!b.live()) {
       report_misuse({misuse::double_free, name(), p, bytes, 0});
       return;
     }
-    if (b.requested != bytes) {
-      report_misuse({misuse::wrong_size, name(), p, bytes, b.requested});
+    if (b.requested() != bytes) {
+      report_misuse({misuse::wrong_size, name(), p, bytes, b.requested()});
       return;
     }
     note_free(bytes);
-    b.live = false;
+    b.kill();
     if (k + 1 == c.blocks.size()) {
       c.pop_dead();
       if (i == current_ && c.blocks.empty()) step_back();

@@ -13,16 +13,25 @@
 
 namespace vram::detail {
 
-/// One block handed out by the arena, in allocation order inside its chunk (24 bytes: the
-/// hot path writes and reads one record per allocate + free).
+/// One block handed out by the arena, in allocation order inside its chunk. 16 bytes (the hot
+/// path writes and reads one record per allocate + free, indexed by a shift): the request and
+/// the dead flag share a word, since no request reaches bit 63.
 struct arena_block {
-  std::size_t offset;     // from the chunk base
-  std::size_t requested;  // what the caller asked for; a free must name the same size
-  bool live;              // false: freed out of order, its space returns when everything above it is dead
+  static constexpr std::size_t dead_bit = std::size_t{1} << 63;
 
+  std::size_t offset;  // from the chunk base
+  std::size_t tag;     // what the caller asked for (a free must name the same size), | dead_bit once
+                       // freed out of order: its space returns when everything above it is dead
+
+  [[nodiscard]] std::size_t requested() const noexcept { return tag & ~dead_bit; }
+  [[nodiscard]] bool live() const noexcept { return (tag & dead_bit) == 0; }
+  /// True for a live block of exactly `bytes` (a dead block's tag never equals a request).
+  [[nodiscard]] bool live_with_size(std::size_t bytes) const noexcept { return tag == bytes; }
+  void kill() noexcept { tag |= dead_bit; }
   /// offset + footprint (the footprint is the request rounded up to default_alignment).
-  [[nodiscard]] std::size_t end() const noexcept { return offset + align_up(requested, default_alignment); }
+  [[nodiscard]] std::size_t end() const noexcept { return offset + align_up(requested(), default_alignment); }
 };
+static_assert(max_request_bytes < arena_block::dead_bit && sizeof(arena_block) == 16);
 
 /// The blocks of a chunk, as a stack that keeps its storage across steps: the hot path's push
 /// and pop are a store and an increment, with no reallocation code inlined into them
@@ -82,7 +91,7 @@ class block_stack {
 /// Invariants (current epoch only; a chunk of an older epoch is empty by definition):
 ///   blocks[i].offset <  blocks[i].end() <= blocks[i+1].offset (allocation order == address order)
 ///   top == blocks.empty() ? 0 : blocks.back().end() <= bytes
-///   blocks.empty() || blocks.back().live                       (no dead block on top)
+///   blocks.empty() || blocks.back().live()                     (no dead block on top)
 ///   top <= high <= bytes
 struct arena_chunk {
   char* base = nullptr;
@@ -121,7 +130,7 @@ struct arena_chunk {
 
   /// Pops dead blocks off the top, so their space can be bumped into again.
   void pop_dead() noexcept {
-    while (!blocks.empty() && !blocks.back().live) blocks.pop_back();
+    while (!blocks.empty() && !blocks.back().live()) blocks.pop_back();
     top = blocks.empty() ? 0 : blocks.back().end();
   }
 };
