@@ -174,13 +174,10 @@ class budget_slab {
   /// Allocates from the device budget, else (after the pressure callback) from Spill.
   /// Throws invalid_argument (bad alignment or size), out_of_memory (both budgets exhausted).
   [[nodiscard]] void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
-    // The hot path: 1..32 KiB at the default alignment, from a slab of its class that has a
-    // free block (one lock, a bitmap word, the counters). Everything else: allocate_slow.
+    // The hot path: 1..32 KiB at the default alignment, from this thread's cache (no lock).
+    // Everything else (a slab's block under the lock, runs, pressure, spill): allocate_slow.
     if (bytes - 1 < detail::slab::max_class && align == default_alignment) [[likely]] {
-      const std::size_t cls = detail::slab::class_of(bytes);
-      void* p = take_cached(cls, bytes);
-      if (p == nullptr) p = take_class_block(cls, bytes);
-      if (p != nullptr) [[likely]] {
+      if (void* p = take_cached(detail::slab::class_of(bytes), bytes)) [[likely]] {
         observer_.on_allocate(p, bytes, s);
         return p;
       }
@@ -223,15 +220,10 @@ class budget_slab {
   }
 
   void deallocate_sync(void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
-    if (in_budget(p)) [[likely]] {
-      if (put_cached(p, bytes, align)) [[likely]]
-        return;
-      std::lock_guard lock(lock_);
-      if (!free_class_block(p, bytes, align)) [[unlikely]]
-        free_device(p, bytes, align);
+    // The hot path: a size-class block into this thread's cache (no lock).
+    if (in_budget(p) && put_cached(p, bytes, align)) [[likely]]
       return;
-    }
-    if (p != nullptr) free_spilled(p, bytes);
+    deallocate_slow(p, bytes, align);
   }
 
   /// Where `p` lives: device (inside the budget's range), host (a live spilled block), none.
@@ -242,6 +234,17 @@ class budget_slab {
   }
 
  private:
+  /// deallocate_sync() when the cache did not take the block: under the lock (a slab's block
+  /// or a run, or misuse reported), or a spilled block.
+  [[gnu::noinline]] void deallocate_slow(void* p, std::size_t bytes, std::size_t align) noexcept {
+    if (in_budget(p)) {
+      std::lock_guard lock(lock_);
+      if (!free_class_block(p, bytes, align)) free_device(p, bytes, align);
+      return;
+    }
+    if (p != nullptr) free_spilled(p, bytes);
+  }
+
   /// deallocate_sync() of a pointer outside the budget: a spilled block, or misuse.
   [[gnu::noinline]] void free_spilled(void* p, std::size_t bytes) noexcept {
     spill_entry e;
@@ -375,7 +378,7 @@ class budget_slab {
     // Exact when the caches' owner threads are quiet (as every check in the tests is).
     std::size_t held = 0;
     for (const auto& c : caches_)
-      for (std::size_t cls = 0; cls < ds::class_count; ++cls) held += c->count[cls] * ds::class_bytes(cls);
+      held += c->held_bytes();
     if (held != cached_bytes) fail("bytes held by the thread caches != blocks in the cached state");
     for (std::size_t c = 0; c < ds::class_count; ++c)
       for (std::size_t i = partial_[c], prev = ds::none; i != ds::none; prev = i, i = pages_[i].next)
@@ -449,10 +452,11 @@ class budget_slab {
 
   /// Adds what the operations served by cache `c` changed to `s` (a snapshot while its owner runs).
   static void add_cache_counters(vram::stats& s, const detail::slab::thread_cache& c) noexcept {
-    s.live_bytes += c.live_bytes.load(std::memory_order_relaxed);
+    const std::size_t allocations = c.allocations.load(std::memory_order_relaxed);
+    s.live_bytes -= c.held_bytes();
     s.requested_bytes += c.requested_bytes.load(std::memory_order_relaxed);
-    s.total_allocations += c.allocations.load(std::memory_order_relaxed);
-    s.total_deallocations += c.deallocations.load(std::memory_order_relaxed);
+    s.total_allocations += allocations;
+    s.total_deallocations += allocations + c.held_blocks();
   }
 
   // ---- thread caches: no lock, no atomic read-modify-write ---------------------------------
@@ -497,12 +501,13 @@ class budget_slab {
   [[gnu::always_inline]] void* take_cached(std::size_t cls, std::size_t bytes) noexcept {
     namespace ds = detail::slab;
     ds::thread_cache* c = own_cache();
-    if (c == nullptr || c->count[cls] == 0) return nullptr;
-    void* p = c->blocks[cls][--c->count[cls]];
+    if (c == nullptr) return nullptr;
+    const std::size_t n = c->count(cls);
+    if (n == 0) return nullptr;
+    void* p = c->blocks[cls][n - 1];
+    c->set_count(cls, n - 1);
     auto [i, off] = locate(p);
     blocks_[i]->state[off >> ds::class_shift(cls)].store(ds::block_state::live, std::memory_order_relaxed);
-    const std::size_t cb = ds::class_bytes(cls);
-    ds::owner_add(c->live_bytes, cb);
     ds::owner_add(c->requested_bytes, bytes);
     ds::owner_add(c->allocations, std::size_t{1});
     return p;
@@ -526,14 +531,13 @@ class budget_slab {
       c = make_own_cache();
       if (c == nullptr) return false;
     }
-    if (c->count[cls] == ds::cache_depth(cls)) [[unlikely]]
+    if (c->count(cls) == ds::cache_depth(cls)) [[unlikely]]
       flush_cache(*c, cls, ds::cache_depth(cls) / 2);
     state.store(ds::block_state::cached, std::memory_order_relaxed);
-    c->blocks[cls][c->count[cls]++] = p;
-    const std::size_t cb = std::size_t{1} << shift;
-    ds::owner_add(c->live_bytes, std::size_t{0} - cb);
+    const std::size_t n = c->count(cls);
+    c->blocks[cls][n] = p;
+    c->set_count(cls, n + 1);
     ds::owner_add(c->requested_bytes, std::size_t{0} - bytes);
-    ds::owner_add(c->deallocations, std::size_t{1});
     return true;
   }
 
@@ -554,12 +558,10 @@ class budget_slab {
       counters_.live_bytes -= cb;
       counters_.requested_bytes -= requested;
       ++counters_.total_deallocations;
-      ds::owner_add(c.live_bytes, cb);
       ds::owner_add(c.requested_bytes, requested);
-      ds::owner_add(c.deallocations, std::size_t{0} - 1);
     }
-    std::copy(c.blocks[cls] + n, c.blocks[cls] + c.count[cls], c.blocks[cls]);
-    c.count[cls] -= n;
+    std::copy(c.blocks[cls] + n, c.blocks[cls] + c.count(cls), c.blocks[cls]);
+    c.set_count(cls, c.count(cls) - n);
   }
 
   /// Flushes this thread's whole cache (before spilling); true when it held anything.
@@ -569,8 +571,8 @@ class budget_slab {
     bool any = false;
     std::lock_guard lock(lock_);
     for (std::size_t cls = 0; cls < detail::slab::class_count; ++cls) {
-      any = any || c->count[cls] != 0;
-      flush_cache_locked(*c, cls, c->count[cls]);
+      any = any || c->count(cls) != 0;
+      flush_cache_locked(*c, cls, c->count(cls));
     }
     return any;
   }
@@ -580,24 +582,14 @@ class budget_slab {
   static void retire_cache(void* self, detail::slab::thread_cache& c) noexcept {
     auto& slab = *static_cast<budget_slab*>(self);
     std::lock_guard lock(slab.lock_);
-    for (std::size_t cls = 0; cls < detail::slab::class_count; ++cls) slab.flush_cache_locked(c, cls, c.count[cls]);
+    for (std::size_t cls = 0; cls < detail::slab::class_count; ++cls) slab.flush_cache_locked(c, cls, c.count(cls));
     add_cache_counters(slab.counters_, c);
-    for (auto* counter : {&c.live_bytes, &c.requested_bytes, &c.allocations, &c.deallocations})
-      counter->store(0, std::memory_order_relaxed);  // folded: the destructor may still add this cache
+    c.requested_bytes.store(0, std::memory_order_relaxed);  // folded: the destructor may still add this cache
+    c.allocations.store(0, std::memory_order_relaxed);
     slab.counters_.peak_live_bytes = std::max(slab.counters_.peak_live_bytes, slab.counters_.live_bytes);
     slab.counters_.peak_requested_bytes = std::max(slab.counters_.peak_requested_bytes, slab.counters_.requested_bytes);
     std::erase_if(slab.caches_, [&](const auto& e) { return e.get() == &c; });
     c.slab = nullptr;
-  }
-
-  /// The hot path of allocate(): a block of class `cls` from the first slab of its list, or
-  /// nullptr when the class has no slab with a free block.
-  void* take_class_block(std::size_t cls, std::size_t bytes) noexcept {
-    std::lock_guard lock(lock_);
-    std::size_t i = partial_[cls];
-    if (i == detail::slab::none) [[unlikely]]
-      return nullptr;
-    return pop_block(i, cls, bytes);
   }
 
   /// Takes the lowest free block of slab `i` (of class `cls`, listed: it has one). Pre: lock held.
@@ -620,7 +612,7 @@ class budget_slab {
     return base_ + i * ds::page_bytes + (k << ds::class_shift(cls));
   }
 
-  /// The hot path of deallocate(): a block of a slab that stays partly used (neither its first
+  /// deallocate_slow()'s common case: a block of a slab that stays partly used (neither its first
   /// free block nor its last live one), freed with a size of its class. Returns false, with
   /// nothing changed, for everything else (free_device handles it). Pre: lock held, in_budget(p).
   bool free_class_block(void* p, std::size_t bytes, std::size_t align) noexcept {

@@ -53,16 +53,32 @@ inline void owner_add(std::atomic<T>& a, T d) noexcept {
 }
 
 /// One thread's cache for one budget_slab. The block lists belong to the owner thread; the
-/// counters are written by the owner only and read by stats() on any thread.
-///   live_bytes / requested_bytes / allocations / deallocations: what the operations served
-///     by this cache changed, less what its flushes moved back to the slab's own counters
-///     (stats() adds them to those; modulo 2^64)
-///   count[cls] <= cache_depth(cls);  blocks[cls][0, count[cls]) are in the cached state
+/// counts and counters are written by the owner only and read by stats() on any thread. The
+/// slab's own counters count a cached block as live; what the cache changed is derived:
+///   live bytes:   - held_bytes()
+///   allocations:  allocations (blocks handed out from the cache)
+///   deallocations: allocations + held_blocks() (every block put in was taken out, is still in,
+///                  or was flushed, and a flush moves its free to the slab's counters)
+///   requested bytes: requested_bytes (taken out: +request; put in: -request; flushed: +the
+///                  request the slab counted, which the flush takes off the slab's counters)
+///   count(cls) <= cache_depth(cls);  blocks[cls][0, count(cls)) are in the cached state
 struct thread_cache {
   void* blocks[class_count][cache_max_depth] = {};
-  std::size_t count[class_count] = {};
+  std::atomic<std::size_t> counts[class_count] = {};
+  std::atomic<std::size_t> requested_bytes{0}, allocations{0};
 
-  std::atomic<std::size_t> live_bytes{0}, requested_bytes{0}, allocations{0}, deallocations{0};
+  [[nodiscard]] std::size_t count(std::size_t cls) const noexcept { return counts[cls].load(std::memory_order_relaxed); }
+  void set_count(std::size_t cls, std::size_t n) noexcept { counts[cls].store(n, std::memory_order_relaxed); }
+  [[nodiscard]] std::size_t held_blocks() const noexcept {
+    std::size_t n = 0;
+    for (std::size_t cls = 0; cls < class_count; ++cls) n += count(cls);
+    return n;
+  }
+  [[nodiscard]] std::size_t held_bytes() const noexcept {
+    std::size_t bytes = 0;
+    for (std::size_t cls = 0; cls < class_count; ++cls) bytes += count(cls) * class_bytes(cls);
+    return bytes;
+  }
 
   // Retirement: the owner thread's exit flushes the cache into its slab unless the slab was
   // destroyed first; both take retire_mutex, so neither outlives the other mid-way.
