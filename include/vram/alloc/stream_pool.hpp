@@ -234,7 +234,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       b->booked = l;
       if (l != nullptr) {
         std::lock_guard lock(l->mutex);
-        l->ledger.book(b->size, bytes);
+        l->books.book(b->size, bytes);
       } else {
         heap_ledger_.book(b->size, bytes);
       }
@@ -397,8 +397,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
           live_in_lane += b->size;
           requested += b->requested;
         }
-      if (requested != l.ledger.requested || live_in_lane != l.ledger.live) fail("lane ledger disagrees with its blocks");
-      if (l.ledger.peak_requested < l.ledger.requested || l.ledger.peak_live < l.ledger.live) fail("lane peaks");
+      if (requested != l.books.requested || live_in_lane != l.books.live) fail("lane ledger disagrees with its blocks");
+      if (l.books.peak_requested < l.books.requested || l.books.peak_live < l.books.live) fail("lane peaks");
       std::size_t bytes = 0, in_bins = 0;
       for (std::size_t i = 0; i < classes::count; ++i)
         for (block* b : l.bins[i]) {
@@ -508,7 +508,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     std::array<std::vector<block*>, classes::count> bins;
     live_map live;
     std::size_t cached_bytes = 0;
-    stream_pool::ledger ledger;
+    ledger books;  // the live blocks booked to this lane
   };
 
   /// The calling thread's last lane lookup. Pool ids are never reused and lanes live as long
@@ -609,10 +609,10 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   void lane_take(lane& l, block* b, std::size_t requested) noexcept {  // pre: l's lock held
     b->requested = requested;
     b->booked = &l;
-    l.ledger.book(b->size, requested);
+    l.books.book(b->size, requested);
   }
   void lane_give(lane& l, block* b) noexcept {  // pre: l's lock held
-    l.ledger.unbook(b->size, b->requested);
+    l.books.unbook(b->size, b->requested);
   }
 
   vram::stats stats_locked() const {
@@ -630,12 +630,12 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     for (auto& [key, info] : streams_)
       if (const block* b = info.index.largest()) st.largest_free_block = std::max(st.largest_free_block, b->size);
     for_each_lane([&](lane& l) {
-      st.live_bytes += l.ledger.live;
-      peak_live += l.ledger.peak_live;
-      st.total_allocations += l.ledger.allocations;
-      st.total_deallocations += l.ledger.deallocations;
-      st.requested_bytes += l.ledger.requested;
-      peak_requested += l.ledger.peak_requested;
+      st.live_bytes += l.books.live;
+      peak_live += l.books.peak_live;
+      st.total_allocations += l.books.allocations;
+      st.total_deallocations += l.books.deallocations;
+      st.requested_bytes += l.books.requested;
+      peak_requested += l.books.peak_requested;
       st.free_bytes += l.cached_bytes;
       for (const auto& bin : l.bins) {
         st.free_blocks += bin.size();
@@ -1114,7 +1114,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   void give_heap_live(block* b) noexcept {  // pre: heap mutex held
     if (lane* l = b->booked) {
       std::lock_guard lock(l->mutex);
-      l->ledger.unbook(b->size, b->requested);
+      l->books.unbook(b->size, b->requested);
     } else {
       heap_ledger_.unbook(b->size, b->requested);
     }

@@ -6,6 +6,7 @@
 #include <vram/core/concepts.hpp>
 #include <vram/core/config.hpp>
 #include <vram/core/event.hpp>
+#include <vram/detail/synchronous_source.hpp>
 #include <vram/detail/cuda_device_guard.hpp>
 
 #if VRAM_HAS_CUDA
@@ -21,7 +22,7 @@ namespace vram {
 /// Zero bytes: allocate returns nullptr; deallocate(nullptr, ...) does nothing.
 /// Errors: out_of_memory on cudaErrorMemoryAllocation, cuda_error otherwise; a pointer cudaFree
 /// rejects is reported as a foreign pointer.
-class cuda_device_source {
+class cuda_device_source : public detail::synchronous_source<cuda_device_source> {
  public:
   /// Binds to `device`; by default the device current at construction.
   explicit cuda_device_source(int device = current_device()) : device_(device) {}
@@ -44,18 +45,7 @@ class cuda_device_source {
     detail::report_cuda_free(cudaFree(p), name(), p, bytes);
   }
 
-  void* allocate(stream_ref, std::size_t bytes, std::size_t align = default_alignment) {
-    return allocate_sync(bytes, align);
-  }
-
-  void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
-    try {
-      synchronize(s);
-    } catch (...) {
-      report_misuse({misuse::upstream_failure, name(), p, bytes, 0});
-    }
-    deallocate_sync(p, bytes, align);
-  }
+  // allocate(stream_ref, ...) and deallocate(stream_ref, ...): detail::synchronous_source.
 
   friend bool operator==(const cuda_device_source& a, const cuda_device_source& b) noexcept {
     return a.device_ == b.device_;

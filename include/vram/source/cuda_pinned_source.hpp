@@ -6,6 +6,7 @@
 #include <vram/core/concepts.hpp>
 #include <vram/core/config.hpp>
 #include <vram/core/event.hpp>
+#include <vram/detail/synchronous_source.hpp>
 #include <vram/detail/cuda_device_guard.hpp>
 
 #if VRAM_HAS_CUDA
@@ -19,7 +20,7 @@ namespace vram {
 /// Thread safety: all members may be called concurrently. Streams: usable at once;
 /// deallocate(s, ...) synchronizes `s` before cudaFreeHost. Alignment: up to 4096 bytes (a page).
 /// Zero bytes and errors: as cuda_device_source.
-class cuda_pinned_source {
+class cuda_pinned_source : public detail::synchronous_source<cuda_pinned_source> {
  public:
   [[nodiscard]] static constexpr const char* name() noexcept { return "cuda_pinned_source"; }
   static constexpr std::size_t page_alignment = 4096;
@@ -45,17 +46,7 @@ class cuda_pinned_source {
     detail::report_cuda_free(cudaFreeHost(p), name(), p, bytes);
   }
 
-  void* allocate(stream_ref, std::size_t bytes, std::size_t align = default_alignment) {
-    return allocate_sync(bytes, align);
-  }
-  void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
-    try {
-      synchronize(s);
-    } catch (...) {
-      report_misuse({misuse::upstream_failure, name(), p, bytes, 0});
-    }
-    deallocate_sync(p, bytes, align);
-  }
+  // allocate(stream_ref, ...) and deallocate(stream_ref, ...): detail::synchronous_source.
 
   friend constexpr bool operator==(const cuda_pinned_source&, const cuda_pinned_source&) noexcept { return true; }
   friend constexpr void get_property(const cuda_pinned_source&, device_accessible) noexcept {}
