@@ -96,7 +96,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       : upstream_(std::move(o.upstream_)), observer_(std::move(o.observer_)), stream_(o.stream_),
         chunk_bytes_(o.chunk_bytes_), chunks_(std::exchange(o.chunks_, {})), current_(std::exchange(o.current_, 0)),
         step_last_(std::exchange(o.step_last_, 0)),
-        epoch_(o.epoch_), stats_(std::exchange(o.stats_, {})) {
+        epoch_(o.epoch_), rising_(std::exchange(o.rising_, false)), stats_(std::exchange(o.stats_, {})) {
     sync_hot();
     o.sync_hot();
   }
@@ -136,6 +136,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       if (!c.blocks.empty()) [[likely]] {
         const auto& b = c.blocks.back();
         if (c.base + b.offset == p && b.live_with_size(bytes)) [[likely]] {
+          if (rising_) settle();  // the peaks before live bytes fall (once per turn of the pattern)
           note_free(bytes);
           c.blocks.pop_back();
           if (c.blocks.empty() || !c.blocks.back().live()) [[unlikely]] {
@@ -172,6 +173,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// Throws invalid_argument for a mark from before the last reset().
   void rewind(const arena_mark& m) {
     if (m.epoch != epoch_) detail::throw_invalid_argument(name(), "rewind to a mark from before a reset()");
+    settle();
     if (chunks_.empty() || m.chunk > current_) return;  // everything after the mark is already free
     for (std::size_t i = current_; i > m.chunk; --i) {
       auto& c = chunks_[i];
@@ -195,6 +197,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// when it used several, they are replaced by one chunk of the step's high-water (see the
   /// class comment). Deallocating a block of the ended step afterwards is reported.
   void reset() noexcept {
+    settle();
     const std::size_t used = step_last_ + 1;  // chunks 0..step_last_ were used in this step
     ++epoch_;
     stats_.total_deallocations = stats_.total_allocations;  // every live block is freed
@@ -209,6 +212,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
 
   /// Gives the chunks that hold nothing live back to the upstream; returns the bytes released.
   std::size_t release() noexcept {
+    settle();
     std::size_t keep = live_count() == 0 ? 0 : current_ + 1;
     std::size_t bytes = 0;
     for (std::size_t i = keep; i < chunks_.size(); ++i) {
@@ -235,6 +239,10 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// live/requested/reserved bytes and their peaks, counts, free space. O(chunks).
   [[nodiscard]] vram::stats stats() const noexcept {
     vram::stats s = stats_;
+    if (rising_) {
+      s.peak_live_bytes = std::max(s.peak_live_bytes, s.live_bytes);
+      s.peak_requested_bytes = std::max(s.peak_requested_bytes, s.requested_bytes);
+    }
     s.live_allocations = live_count();
     s.free_bytes = s.reserved_bytes - s.live_bytes;
     // Bumpable space: the rest of the current chunk and every chunk after it.
@@ -261,8 +269,9 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
         continue;
       }
       if (i > current_ && !c.blocks.empty()) fail("a chunk above the current one holds blocks");
-      if (c.top > c.high || c.high > c.bytes) fail("top <= high <= bytes does not hold");
-      if (i > step_last_ && c.high != 0) fail("a chunk above the step's last one was used");
+      const std::size_t high = rising_ && &c == hot_ ? std::max(c.high, c.top) : c.high;
+      if (c.top > high || high > c.bytes) fail("top <= high <= bytes does not hold");
+      if (i > step_last_ && high != 0) fail("a chunk above the step's last one was used");
       std::size_t prev_end = 0;
       for (const auto& b : c.blocks) {
         if (b.offset < prev_end || b.requested() == 0 || b.end() > c.bytes) fail("blocks overlap or leave the chunk");
@@ -281,7 +290,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     if (current_ > step_last_ || (!chunks_.empty() && step_last_ >= chunks_.size()) || (chunks_.empty() && step_last_ != 0))
       fail("current <= step_last < chunk count does not hold");
     if (stats_.total_deallocations > stats_.total_allocations) fail("more deallocations than allocations");
-    if (stats_.live_bytes > stats_.peak_live_bytes || stats_.requested_bytes > stats_.peak_requested_bytes)
+    if (!rising_ && (stats_.live_bytes > stats_.peak_live_bytes || stats_.requested_bytes > stats_.peak_requested_bytes))
       fail("a live total above its peak");
 #endif
   }
@@ -308,7 +317,6 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   [[gnu::always_inline]] void* commit(detail::arena_chunk& c, std::size_t offset, std::size_t bytes,
                                       std::size_t footprint) noexcept {
     c.top = offset + footprint;
-    if (c.top > c.high) c.high = c.top;
     note_alloc(bytes, footprint);
     void* p = c.base + offset;
     observer_.on_allocate(p, bytes, stream_);
@@ -331,6 +339,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     if (!(s == stream_)) [[unlikely]]
       detail::throw_invalid_argument(name(), "allocate on a stream other than the arena's (see the class comment)");
     if (bytes == 0) return nullptr;
+    settle();  // this may move to another chunk
     const std::size_t footprint = align_up(bytes, default_alignment);
     if (!chunks_.empty()) {
       if (void* p = bump(chunks_[current_], bytes, footprint, align)) return p;
@@ -418,6 +427,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       report_misuse({misuse::wrong_stream, name(), p, bytes, 0});
       return;
     }
+    settle();
     // Search recent chunks first: out-of-order frees are usually near the top.
     std::size_t i = chunks_.size();
     for (std::size_t k = 0; k < chunks_.size(); ++k) {
@@ -472,8 +482,18 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     stats_.live_bytes += footprint;
     stats_.requested_bytes += bytes;
     ++stats_.total_allocations;
+    rising_ = true;  // peaks and the chunk's high-water are brought up to date by settle()
+  }
+
+  /// Brings the peaks and the current chunk's high-water up to date. Allocation only raises
+  /// live bytes and the current top, so both maxima are reached just before something lowers
+  /// them, moves to another chunk or reads them: each of those settles first.
+  void settle() noexcept {
+    if (!rising_) return;
+    hot_->high = std::max(hot_->high, hot_->top);
     stats_.peak_live_bytes = std::max(stats_.peak_live_bytes, stats_.live_bytes);
     stats_.peak_requested_bytes = std::max(stats_.peak_requested_bytes, stats_.requested_bytes);
+    rising_ = false;
   }
   void note_free(std::size_t requested) noexcept {
     stats_.live_bytes -= align_up(requested, default_alignment);
@@ -513,6 +533,9 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   detail::arena_chunk* hot_ = &no_chunk_;
   std::size_t step_last_ = 0;                // the highest chunk used in this step (current_ <= step_last_)
   std::uint64_t epoch_ = 0;                  // the step; bumped by reset()
+  // Allocations since the last settle(): then peak_* may be below the live totals and the
+  // current chunk's high below its top (stats() and check_invariants() allow for it).
+  bool rising_ = false;
   // live_bytes == sum of live block footprints (current epoch); reserved_bytes == sum of chunk bytes;
   // total_allocations - total_deallocations == live blocks (stats_.live_allocations is not kept)
   vram::stats stats_{};
