@@ -239,7 +239,8 @@ class budget_slab {
   [[gnu::noinline]] void deallocate_slow(void* p, std::size_t bytes, std::size_t align) noexcept {
     if (in_budget(p)) {
       std::lock_guard lock(lock_);
-      if (!free_class_block(p, bytes, align)) free_device(p, bytes, align);
+      if (pages_[locate(p).first].type != page::kind::slab || !free_class_block(p, bytes, align))
+        free_device(p, bytes, align);
       return;
     }
     if (p != nullptr) free_spilled(p, bytes);
