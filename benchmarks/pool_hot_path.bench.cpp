@@ -5,9 +5,11 @@
 //
 // 2 threads: "own_stream" gives each thread its own host stream (the realistic pattern);
 // "one_stream" has both threads allocate on the same stream (they share one lane).
+// machine_parallelism: what 2 threads can gain on this machine at all (see below).
 
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <memory_resource>
@@ -87,6 +89,18 @@ void pmr_unsynchronized_pool(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// The machine's own ceiling for 2 threads: a register-only loop that shares nothing. On a
+// machine with two free cores it scales 2x; where it does not (virtual CPUs that share one
+// physical core), no allocator can, and the pool's 2-thread ratio is to be read against it.
+void machine_parallelism(benchmark::State& state) {
+  std::uint64_t x = static_cast<std::uint64_t>(state.thread_index()) + 1;
+  for (auto _ : state) {
+    for (int i = 0; i < 16; ++i) x = x * 6364136223846793005ull + 1442695040888963407ull;
+    benchmark::DoNotOptimize(x);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
 void sizes(benchmark::internal::Benchmark* b) {
   for (long bytes : {256L, 4096L, 65536L, 1L << 20, 16L << 20}) b->Arg(bytes);
 }
@@ -98,5 +112,6 @@ BENCHMARK(stream_pool_one_stream)->Apply(sizes)->Threads(2)->UseRealTime();
 BENCHMARK(malloc_free)->Apply(sizes)->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(pmr_synchronized_pool)->Apply(sizes)->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(pmr_unsynchronized_pool)->Apply(sizes)->Threads(1);
+BENCHMARK(machine_parallelism)->Threads(1)->Threads(2)->UseRealTime();
 
 BENCHMARK_MAIN();

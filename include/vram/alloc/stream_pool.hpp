@@ -195,53 +195,12 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
             lane_take(*l, b, bytes);
           }
         }
-        if (b == nullptr) {  // bin miss: carve exactly `size` from the heap
-          std::optional<detail::pool_marker> wait_on;
-          {
-            std::lock_guard heap_lock(heap_mutex_);
-            b = heap_take(s, size, quantum, bytes, wait_on);
-            std::lock_guard lock(l->mutex);
-            try {
-              l->live.insert(b->addr, b);
-            } catch (...) {
-              heap_free(b, b->stream);  // back under its own key: it may have been stolen
-              throw;
-            }
-            b->state = block_state::lane;
-            b->cached = false;
-            lane_take(*l, b, bytes);
-          }
-          if (wait_on) wait_on->make_wait(s);
-        }
+        if (b == nullptr) b = take_for_lane(*l, s, size, bytes);
         observer_.on_allocate(reinterpret_cast<void*>(b->addr), bytes, s);
         return reinterpret_cast<void*>(b->addr);
       }
     }
-    lane* l = lane_for(s);  // books the block (counters only); before the heap mutex: it may take it
-    std::optional<detail::pool_marker> wait_on;
-    block* b;
-    {
-      std::lock_guard heap_lock(heap_mutex_);
-      b = heap_take(s, align_up(bytes, quantum), std::max(align, quantum), bytes, wait_on);
-      try {
-        heap_live_.insert(b->addr, b);
-      } catch (...) {
-        heap_free(b, b->stream);  // back under its own key: it may have been stolen
-        throw;
-      }
-      b->state = block_state::live;
-      b->requested = bytes;
-      b->booked = l;
-      if (l != nullptr) {
-        std::lock_guard lock(l->mutex);
-        l->books.book(b->size, bytes);
-      } else {
-        heap_ledger_.book(b->size, bytes);
-      }
-    }
-    if (wait_on) wait_on->make_wait(s);
-    observer_.on_allocate(reinterpret_cast<void*>(b->addr), bytes, s);
-    return reinterpret_cast<void*>(b->addr);
+    return allocate_from_heap(s, bytes, align);
   }
 
   /// Like allocate(), but returns nullptr where allocate() throws out_of_memory (still counted
@@ -264,11 +223,11 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
         std::unique_lock lock(l->mutex);
         if (block** found = l->live.find(addr)) {
           block* b = *found;
-          if (b->cached || b->requested != bytes) {
-            misuse kind = b->cached ? misuse::double_free : misuse::wrong_size;
-            std::size_t expected = b->cached ? 0 : b->requested;
+          if (b->cached || b->requested != bytes) [[unlikely]] {
+            misuse_report r{b->cached ? misuse::double_free : misuse::wrong_size, name(), p, bytes,
+                            b->cached ? 0 : b->requested};
             lock.unlock();
-            report_misuse({kind, name(), p, bytes, expected});
+            report_misuse(r);
             return;
           }
           auto& bin = l->bins[classes::index(b->size)];
@@ -518,7 +477,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     std::uintptr_t key = 0;
     lane* l = nullptr;
   };
-  static thread_local lane_cache last_lane_;  // defined after the class: nvcc 13 rejects an in-class
+  static constinit thread_local lane_cache last_lane_;  // defined after the class: nvcc 13 rejects an in-class
                                              // initializer of a thread_local of a nested type
 
   // ---- lanes --------------------------------------------------------------------------
@@ -559,9 +518,12 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   /// The lane of `s`, created on first use; nullptr when the lane table is full.
   lane* lane_for(stream_ref s) {
-    std::uintptr_t key = s.key();
-    if (lane* l = find_lane(key)) [[likely]]
+    if (lane* l = find_lane(s.key())) [[likely]]
       return l;
+    return add_lane(s);
+  }
+  [[gnu::noinline]] lane* add_lane(stream_ref s) {  // out of line: keeps lane_for small enough to inline
+    std::uintptr_t key = s.key();
     std::lock_guard lock(heap_mutex_);
     for (std::size_t i = 0, slot = lane_home(key); i < max_lanes; ++i, slot = (slot + 1) % max_lanes) {
       std::uintptr_t k = lane_keys_[slot].load(std::memory_order_relaxed);
@@ -573,6 +535,59 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       }
     }
     return nullptr;
+  }
+
+  // ---- allocate()'s slower paths, out of line so that its bin path stays short --------
+
+  /// A bin miss: carves exactly `size` bytes from the heap for lane l.
+  [[gnu::noinline]] block* take_for_lane(lane& l, stream_ref s, std::size_t size, std::size_t bytes) {
+    std::optional<detail::pool_marker> wait_on;
+    block* b;
+    {
+      std::lock_guard heap_lock(heap_mutex_);
+      b = heap_take(s, size, quantum, bytes, wait_on);
+      std::lock_guard lock(l.mutex);
+      try {
+        l.live.insert(b->addr, b);
+      } catch (...) {
+        heap_free(b, b->stream);  // back under its own key: it may have been stolen
+        throw;
+      }
+      b->state = block_state::lane;
+      b->cached = false;
+      lane_take(l, b, bytes);
+    }
+    if (wait_on) wait_on->make_wait(s);
+    return b;
+  }
+
+  /// Above small_max or a large alignment: a block of the heap, booked to the stream's lane.
+  [[gnu::noinline]] void* allocate_from_heap(stream_ref s, std::size_t bytes, std::size_t align) {
+    lane* l = lane_for(s);  // books the block (counters only); before the heap mutex: it may take it
+    std::optional<detail::pool_marker> wait_on;
+    block* b;
+    {
+      std::lock_guard heap_lock(heap_mutex_);
+      b = heap_take(s, align_up(bytes, quantum), std::max(align, quantum), bytes, wait_on);
+      try {
+        heap_live_.insert(b->addr, b);
+      } catch (...) {
+        heap_free(b, b->stream);  // back under its own key: it may have been stolen
+        throw;
+      }
+      b->state = block_state::live;
+      b->requested = bytes;
+      b->booked = l;
+      if (l != nullptr) {
+        std::lock_guard lock(l->mutex);
+        l->books.book(b->size, bytes);
+      } else {
+        heap_ledger_.book(b->size, bytes);
+      }
+    }
+    if (wait_on) wait_on->make_wait(s);
+    observer_.on_allocate(reinterpret_cast<void*>(b->addr), bytes, s);
+    return reinterpret_cast<void*>(b->addr);
   }
 
   template <class F>
@@ -1067,7 +1082,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   /// Frees through the heap: heap-live blocks, lane blocks freed on another stream, bins
   /// that are full; and detects misuse.
-  void deallocate_slow(stream_ref s, std::uintptr_t addr, std::size_t bytes) noexcept {
+  [[gnu::noinline]] void deallocate_slow(stream_ref s, std::uintptr_t addr, std::size_t bytes) noexcept {
     void* p = reinterpret_cast<void*>(addr);
     std::unique_lock lock(heap_mutex_);
     block* b = nullptr;
@@ -1167,7 +1182,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 };
 
 template <class Upstream, class Observer>
-thread_local typename stream_pool<Upstream, Observer>::lane_cache stream_pool<Upstream, Observer>::last_lane_{};
+constinit thread_local typename stream_pool<Upstream, Observer>::lane_cache stream_pool<Upstream, Observer>::last_lane_{};
 
 static_assert(resource<stream_pool<host_source>>);
 static_assert(resource_with<stream_pool<host_source>, host_accessible>);
