@@ -129,6 +129,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     if (options_.maximum_size != 0 && options_.initial_size > options_.maximum_size)
       detail::throw_invalid_argument(name(), "initial_size above maximum_size");
     info0_ = &streams_[0];  // present from the start: merging iterates streams_ while keying blocks to 0
+    lane_list_.reserve(max_lanes);
     if constexpr (has_contiguous_growth<Upstream>) {
       contiguous_ = upstream_.contiguous();
       granularity_ = std::max(quantum, upstream_.granularity());
@@ -530,6 +531,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       if (k == key + 1) return lanes_[slot].get();
       if (k == 0) {
         lanes_[slot] = std::make_unique<lane>(key, s, options_.bin_capacity);
+        lane_list_.push_back(lanes_[slot].get());  // capacity reserved: cannot throw
         lane_keys_[slot].store(key + 1, std::memory_order_release);
         return lanes_[slot].get();
       }
@@ -591,12 +593,11 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   }
 
   template <class F>
-  void for_each_lane(F&& f) const {
-    for (std::size_t slot = 0; slot < max_lanes; ++slot)
-      if (lane_keys_[slot].load(std::memory_order_acquire) != 0) {
-        std::lock_guard lock(lanes_[slot]->mutex);
-        f(*lanes_[slot]);
-      }
+  void for_each_lane(F&& f) const {  // pre: heap_mutex_ held (it guards lane_list_)
+    for (lane* l : lane_list_) {
+      std::lock_guard lock(l->mutex);
+      f(*l);
+    }
   }
 
   /// Moves every cached block back to the heap (pre: heap_mutex_ held).
@@ -1157,6 +1158,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   // Lanes: slots are claimed under heap_mutex_ and never freed before destruction.
   std::array<std::atomic<std::uintptr_t>, max_lanes> lane_keys_{};  // stream key + 1; 0: empty slot
   std::array<std::unique_ptr<lane>, max_lanes> lanes_;
+  std::vector<lane*> lane_list_;  // the lanes in creation order, for walks (guarded by heap_mutex_)
 
   // The heap, guarded by heap_mutex_. Lock order: heap_mutex_, then a lane's lock.
   mutable std::mutex heap_mutex_;
