@@ -75,6 +75,7 @@ class pool_free_index {
 
   /// The smallest node of at least `need` bytes (lowest address among equals), or nullptr.
   [[nodiscard]] Node* best_fit(std::size_t need) const noexcept {
+    if (count_ == 0) return nullptr;  // common for a stream's index: no list to touch
     std::size_t c = class_of(need);
     for (Node* n = heads_[c]; n != nullptr; n = n->free_next)
       if (n->size >= need) return n;
