@@ -27,6 +27,7 @@
 #include <vram/core/stream_ref.hpp>
 #include <vram/detail/pool_flat_map.hpp>
 #include <vram/detail/pool_free_index.hpp>
+#include <vram/detail/pool_mutex.hpp>
 #include <vram/detail/pool_size_classes.hpp>
 #include <vram/detail/pool_spin_lock.hpp>
 #include <vram/detail/pool_stream_marker.hpp>
@@ -1161,7 +1162,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   std::vector<lane*> lane_list_;  // the lanes in creation order, for walks (guarded by heap_mutex_)
 
   // The heap, guarded by heap_mutex_. Lock order: heap_mutex_, then a lane's lock.
-  mutable std::mutex heap_mutex_;
+  mutable detail::pool_mutex heap_mutex_;
   // Free blocks are indexed per stream key (stream_info::index); free_count_ of them in all,
   // their sizes sum to free_bytes_.
   std::map<std::uintptr_t, chunk*> chunks_;      // by address; sum of sizes == reserved_
