@@ -114,14 +114,18 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// absurd size or another stream; out_of_memory when the upstream cannot provide a chunk.
   [[nodiscard]] void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
     // The hot path: the default alignment, 0 < bytes <= max_request_bytes (one unsigned
-    // compare), the arena's stream, room in the current chunk. Everything else, checks and
-    // errors included, is in allocate_slow.
-    if (bytes - 1 < max_request_bytes && align == default_alignment && s == stream_) [[likely]] {
+    // compare), the arena's stream, room in the current chunk and its record. Everything
+    // else, checks and errors included, is in allocate_slow.
+    if (bytes - 1 < max_request_bytes && align == default_alignment && same_stream(s)) [[likely]] {
       auto& c = *hot_;
       const std::size_t footprint = align_up(bytes, default_alignment);
-      if (c.bytes - c.top >= footprint && !c.blocks.full()) [[likely]] {
-        c.blocks.push_unchecked({c.top, bytes});
-        return commit(c, c.top, bytes, footprint);
+      char* const p = c.top;
+      if (footprint <= c.room() && !c.blocks.full()) [[likely]] {
+        c.blocks.push_unchecked({p, bytes});
+        c.top = p + footprint;
+        note_alloc(bytes, footprint);
+        observer_.on_allocate(p, bytes, stream_);
+        return p;
       }
     }
     return allocate_slow(s, bytes, align);
@@ -130,24 +134,25 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// Frees a block on the arena's stream. LIFO order is O(1); any order is tolerated.
   void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t = default_alignment) noexcept {
     // The hot path: the last block of the current chunk, freed on the arena's stream with its
-    // size (p == nullptr never matches: a chunk base is not null).
-    if (s == stream_) [[likely]] {
+    // size. One compare of each record word: a dead record (and the sentinel below the first
+    // block) never matches, as its tag has bit 63 set and `bytes` must not.
+    if (same_stream(s)) [[likely]] {
       auto& c = *hot_;
-      if (!c.blocks.empty()) [[likely]] {
-        const auto& b = c.blocks.back();
-        if (c.base + b.offset == p && b.live_with_size(bytes)) [[likely]] {
-          if (rising_) settle();  // the peaks before live bytes fall (once per turn of the pattern)
-          note_free(bytes);
-          c.blocks.pop_back();
-          if (c.blocks.empty() || !c.blocks.back().live()) [[unlikely]] {
-            c.pop_dead();
-            if (c.blocks.empty()) step_back();
-          } else {
-            c.top = c.blocks.back().end();
-          }
-          observer_.on_deallocate(p, bytes, stream_);
-          return;
+      const auto& b = c.blocks.back();
+      if (b.start == p && b.tag == bytes && static_cast<std::ptrdiff_t>(bytes) >= 0) [[likely]] {
+        if (rising_) settle();  // the peaks before live bytes fall (once per turn of the pattern)
+        note_free(bytes);
+        c.blocks.pop_back();
+        // The block below ends at p (blocks are contiguous); a dead one (or the sentinel:
+        // the chunk is empty now) is popped and its space returned by pop_dead.
+        if (c.blocks.back().live()) [[likely]] {
+          c.top = static_cast<char*>(p);
+        } else {
+          c.pop_dead();
+          if (c.blocks.empty()) step_back();
         }
+        observer_.on_deallocate(p, bytes, stream_);
+        return;
       }
     }
     deallocate_slow(s, p, bytes);
@@ -164,7 +169,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// The current position; rewind(mark()) later frees everything allocated in between.
   [[nodiscard]] arena_mark mark() const noexcept {
     if (chunks_.empty()) return {0, 0, epoch_};
-    return {current_, chunks_[current_].top, epoch_};
+    return {current_, chunks_[current_].used(), epoch_};
   }
 
   /// Frees every block allocated after `m` (and still live). O(blocks freed).
@@ -180,11 +185,11 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       for (const auto& b : c.blocks)
         if (b.live()) note_free(b.requested());
       c.blocks.clear();
-      c.top = 0;
+      c.top = c.base;
     }
     current_ = m.chunk;
     auto& c = chunks_[current_];
-    while (!c.blocks.empty() && c.blocks.back().offset >= m.offset) {
+    while (!c.blocks.empty() && c.blocks.back().start >= c.base + m.offset) {
       if (c.blocks.back().live()) note_free(c.blocks.back().requested());
       c.blocks.pop_back();
     }
@@ -216,7 +221,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     std::size_t keep = live_count() == 0 ? 0 : current_ + 1;
     std::size_t bytes = 0;
     for (std::size_t i = keep; i < chunks_.size(); ++i) {
-      bytes += chunks_[i].bytes;
+      bytes += chunks_[i].bytes();
       give_back(chunks_[i]);
     }
     chunks_.resize(std::min(keep, chunks_.size()));
@@ -230,7 +235,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   [[nodiscard]] bool owns(const void* p) const noexcept {
     for (const auto& c : chunks_) {
       if (!c.contains(p) || c.epoch != epoch_) continue;
-      std::size_t i = c.find(static_cast<std::size_t>(static_cast<const char*>(p) - c.base));
+      std::size_t i = c.find(p);
       return i < c.blocks.size() && c.blocks[i].live();
     }
     return false;
@@ -248,7 +253,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     // Bumpable space: the rest of the current chunk and every chunk after it.
     for (std::size_t i = current_; i < chunks_.size(); ++i) {
       const auto& c = chunks_[i];
-      std::size_t room = c.epoch == epoch_ ? c.bytes - c.top : c.bytes;
+      std::size_t room = c.epoch == epoch_ ? c.room() : c.bytes();
       if (room == 0) continue;
       ++s.free_blocks;
       s.largest_free_block = std::max(s.largest_free_block, room);
@@ -263,30 +268,33 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     std::size_t live = 0, requested = 0, count = 0, reserved = 0;
     for (std::size_t i = 0; i < chunks_.size(); ++i) {
       const auto& c = chunks_[i];
-      reserved += c.bytes;
+      reserved += c.bytes();
       if (c.epoch != epoch_) {
         if (i <= current_) fail("a chunk at or below the current one is from an older epoch");
         continue;
       }
       if (i > current_ && !c.blocks.empty()) fail("a chunk above the current one holds blocks");
-      const std::size_t high = rising_ && &c == hot_ ? std::max(c.high, c.top) : c.high;
-      if (c.top > high || high > c.bytes) fail("top <= high <= bytes does not hold");
+      const std::size_t high = rising_ && &c == hot_ ? std::max(c.high, c.used()) : c.high;
+      if (c.top < c.base || c.used() > high || high > c.bytes()) fail("base <= top, top - base <= high <= bytes does not hold");
       if (i > step_last_ && high != 0) fail("a chunk above the step's last one was used");
-      std::size_t prev_end = 0;
+      const char* prev_end = c.base;
       for (const auto& b : c.blocks) {
-        if (b.offset < prev_end || b.requested() == 0 || b.end() > c.bytes) fail("blocks overlap or leave the chunk");
+        if (b.start != prev_end || b.requested() == 0 || b.end() > c.limit) fail("blocks are not contiguous or leave the chunk");
+        if (b.gap() && (b.live() || b.requested() % default_alignment != 0)) fail("a live or unaligned gap record");
         prev_end = b.end();
-        if (b.live()) live += b.end() - b.offset, requested += b.requested(), ++count;
+        if (b.live()) live += static_cast<std::size_t>(b.end() - b.start), requested += b.requested(), ++count;
       }
       if (c.top != prev_end) fail("top != end of the last block");
-      if (!c.blocks.empty() && !c.blocks.back().live()) fail("a dead block on top of a chunk");
+      if (!c.blocks.back().live() && !c.blocks.empty()) fail("a dead block on top of a chunk");
+      if (c.blocks.begin()[-1].start != nullptr || c.blocks.begin()[-1].live()) fail("the sentinel below the blocks is not dead");
     }
     if (live != stats_.live_bytes || requested != stats_.requested_bytes || count != live_count())
       fail("live totals disagree with the blocks");
     if (reserved != stats_.reserved_bytes) fail("reserved_bytes != sum of chunk sizes");
     if (!chunks_.empty() && current_ >= chunks_.size()) fail("current chunk out of range");
     if (hot_ != (chunks_.empty() ? &no_chunk_ : chunks_.data() + current_)) fail("hot_ != &chunks_[current_]");
-    if (no_chunk_.bytes != 0 || !no_chunk_.blocks.empty() || no_chunk_.blocks.capacity() != 0) fail("no_chunk_ is not empty");
+    if (no_chunk_.bytes() != 0 || no_chunk_.room() != 0 || !no_chunk_.blocks.empty() || no_chunk_.blocks.capacity() != 0)
+      fail("no_chunk_ is not empty");
     if (current_ > step_last_ || (!chunks_.empty() && step_last_ >= chunks_.size()) || (chunks_.empty() && step_last_ != 0))
       fail("current <= step_last < chunk count does not hold");
     if (stats_.total_deallocations > stats_.total_allocations) fail("more deallocations than allocations");
@@ -307,36 +315,33 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
  private:
   [[noreturn]] static void fail(const char* what) { throw std::logic_error(std::string("activation_arena: ") + what); }
 
-  /// Records a block of `bytes` at `offset` of `c` (pre: it fits) and returns its address.
-  void* push(detail::arena_chunk& c, std::size_t offset, std::size_t bytes, std::size_t footprint) {
-    c.blocks.push_back({offset, bytes});  // may throw bad_alloc: nothing changed yet
-    return commit(c, offset, bytes, footprint);
-  }
-
-  /// The rest of push() once the block is recorded: top, high-water, counters, observer.
-  [[gnu::always_inline]] void* commit(detail::arena_chunk& c, std::size_t offset, std::size_t bytes,
-                                      std::size_t footprint) noexcept {
-    c.top = offset + footprint;
-    note_alloc(bytes, footprint);
-    void* p = c.base + offset;
-    observer_.on_allocate(p, bytes, stream_);
-    return p;
+  /// True for the arena's stream: one branch for the two words of a stream_ref.
+  [[nodiscard]] bool same_stream(stream_ref s) const noexcept {
+    return ((reinterpret_cast<std::uintptr_t>(s.cuda()) ^ reinterpret_cast<std::uintptr_t>(stream_.cuda())) |
+            (static_cast<unsigned>(s.type()) ^ static_cast<unsigned>(stream_.type()))) == 0;
   }
 
   /// Bumps `bytes` into `c` at any valid alignment, or returns nullptr when it does not fit.
+  /// A gap left below the block by a larger alignment is recorded as a dead gap record, so
+  /// the blocks stay contiguous. May throw bad_alloc (growing the record), nothing changed.
   void* bump(detail::arena_chunk& c, std::size_t bytes, std::size_t footprint, std::size_t align) {
-    std::size_t offset = c.top;
-    if (align > default_alignment)
-      offset = align_up(reinterpret_cast<std::uintptr_t>(c.base) + c.top, align) - reinterpret_cast<std::uintptr_t>(c.base);
-    if (offset > c.bytes || c.bytes - offset < footprint) return nullptr;
-    return push(c, offset, bytes, footprint);
+    const std::size_t gap = align_up(reinterpret_cast<std::uintptr_t>(c.top), align) - reinterpret_cast<std::uintptr_t>(c.top);
+    if (gap > c.room() || c.room() - gap < footprint) return nullptr;
+    c.blocks.reserve_more(gap != 0 ? 2 : 1);
+    if (gap != 0) c.blocks.push_unchecked({c.top, detail::arena_block::dead_bit | detail::arena_block::gap_bit | gap});
+    char* p = c.top + gap;
+    c.blocks.push_unchecked({p, bytes});
+    c.top = p + footprint;
+    note_alloc(bytes, footprint);
+    observer_.on_allocate(p, bytes, stream_);
+    return p;
   }
 
   /// Everything allocate()'s hot path does not take: argument checks and errors, zero bytes,
   /// larger alignments, a full current chunk (move to the next one, or take a new one).
   [[gnu::noinline]] void* allocate_slow(stream_ref s, std::size_t bytes, std::size_t align) {
     detail::check_request(name(), bytes, align);
-    if (!(s == stream_)) [[unlikely]]
+    if (!same_stream(s)) [[unlikely]]
       detail::throw_invalid_argument(name(), "allocate on a stream other than the arena's (see the class comment)");
     if (bytes == 0) return nullptr;
     settle();  // this may move to another chunk
@@ -366,7 +371,10 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       detail::throw_out_of_memory(name(), bytes, stream_, stats());
     }
     try {
-      detail::arena_chunk c{static_cast<char*>(base), size, 0, epoch_, epoch_, {}};
+      detail::arena_chunk c;
+      c.base = c.top = static_cast<char*>(base);
+      c.limit = c.base + size;
+      c.epoch = c.born = epoch_;
       c.blocks.reserve(16);
       chunks_.insert(chunks_.begin() + static_cast<std::ptrdiff_t>(next), std::move(c));
     } catch (...) {
@@ -407,9 +415,9 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       chunks_.clear();
       return;
     }
-    c.base = static_cast<char*>(base);
-    c.bytes = size;
-    c.top = c.high = 0;
+    c.base = c.top = static_cast<char*>(base);
+    c.limit = c.base + size;
+    c.high = 0;
     c.blocks.clear();
     c.epoch = epoch_;
     c.born = epoch_ - 1;  // taken by the reset that ended step epoch_ - 1 (its pointers are use_after_reset)
@@ -423,7 +431,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// is not the current chunk's last (out of order), misuse.
   [[gnu::noinline]] void deallocate_slow(stream_ref s, void* p, std::size_t bytes) noexcept {
     if (p == nullptr) return;
-    if (!(s == stream_)) {
+    if (!same_stream(s)) {
       report_misuse({misuse::wrong_stream, name(), p, bytes, 0});
       return;
     }
@@ -446,14 +454,13 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       report_misuse({misuse::use_after_reset, name(), p, bytes, 0});
       return;
     }
-    auto offset = static_cast<std::size_t>(static_cast<char*>(p) - c.base);
-    std::size_t k = c.find(offset);
-    if (k == c.blocks.size()) {
+    std::size_t k = c.find(p);
+    if (k == c.blocks.size() || c.blocks[k].gap()) {
       // Not a block of this step. In a chunk that lived through a reset it is most likely a
       // pointer of an ended step; otherwise a second free (in the free space above the top) or
       // an interior pointer.
       misuse kind = c.born != epoch_ ? misuse::use_after_reset
-                    : offset >= c.top ? misuse::double_free
+                    : static_cast<char*>(p) >= c.top ? misuse::double_free
                                       : misuse::foreign_pointer;
       report_misuse({kind, name(), p, bytes, 0});
       return;
@@ -490,7 +497,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// them, moves to another chunk or reads them: each of those settles first.
   void settle() noexcept {
     if (!rising_) return;
-    hot_->high = std::max(hot_->high, hot_->top);
+    hot_->high = std::max(hot_->high, hot_->used());
     stats_.peak_live_bytes = std::max(stats_.peak_live_bytes, stats_.live_bytes);
     stats_.peak_requested_bytes = std::max(stats_.peak_requested_bytes, stats_.requested_bytes);
     rising_ = false;
@@ -514,9 +521,9 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
 
   void give_back(detail::arena_chunk& c) noexcept {
     if (c.base == nullptr) return;
-    observer_.on_release(c.base, c.bytes);
-    upstream_.deallocate(stream_, c.base, c.bytes, default_alignment);
-    stats_.reserved_bytes -= c.bytes;
+    observer_.on_release(c.base, c.bytes());
+    upstream_.deallocate(stream_, c.base, c.bytes(), default_alignment);
+    stats_.reserved_bytes -= c.bytes();
     ++stats_.upstream_deallocations;
     c.base = nullptr;
   }
