@@ -96,7 +96,8 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       : upstream_(std::move(o.upstream_)), observer_(std::move(o.observer_)), stream_(o.stream_),
         chunk_bytes_(o.chunk_bytes_), chunks_(std::exchange(o.chunks_, {})), current_(std::exchange(o.current_, 0)),
         step_last_(std::exchange(o.step_last_, 0)),
-        epoch_(o.epoch_), rising_(std::exchange(o.rising_, false)), stats_(std::exchange(o.stats_, {})) {
+        epoch_(o.epoch_), dead_(std::exchange(o.dead_, 0)), rising_(std::exchange(o.rising_, false)),
+        stats_(std::exchange(o.stats_, {})) {
     sync_hot();
     o.sync_hot();
   }
@@ -104,7 +105,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
 
   ~activation_arena() {
     if (live_count() != 0)
-      report_misuse({misuse::live_at_destruction, name(), nullptr, stats_.live_bytes, 0});
+      report_misuse({misuse::live_at_destruction, name(), nullptr, live_bytes(), 0});
     for (auto& c : chunks_) give_back(c);
   }
 
@@ -118,12 +119,13 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     // else, checks and errors included, is in allocate_slow.
     if (bytes - 1 < max_request_bytes && align == default_alignment && same_stream(s)) [[likely]] {
       auto& c = *hot_;
-      const std::size_t footprint = align_up(bytes, default_alignment);
       char* const p = c.top;
-      if (footprint <= c.room() && !c.blocks.full()) [[likely]] {
+      // No overflow: footprint <= max_request_bytes + 255 < 2^57, and addresses are below 2^63.
+      const std::uintptr_t next = reinterpret_cast<std::uintptr_t>(p) + align_up(bytes, default_alignment);
+      if (next <= reinterpret_cast<std::uintptr_t>(c.limit) && !c.blocks.full()) [[likely]] {
         c.blocks.push_unchecked({p, bytes});
-        c.top = p + footprint;
-        note_alloc(bytes, footprint);
+        c.top = reinterpret_cast<char*>(next);
+        note_alloc(bytes);
         observer_.on_allocate(p, bytes, stream_);
         return p;
       }
@@ -143,12 +145,10 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
         if (rising_) settle();  // the peaks before live bytes fall (once per turn of the pattern)
         note_free(bytes);
         c.blocks.pop_back();
-        // The block below ends at p (blocks are contiguous); a dead one (or the sentinel:
-        // the chunk is empty now) is popped and its space returned by pop_dead.
-        if (c.blocks.back().live()) [[likely]] {
-          c.top = static_cast<char*>(p);
-        } else {
-          c.pop_dead();
+        c.top = static_cast<char*>(p);  // the block below ends at p: blocks are contiguous
+        // A dead block below (or the sentinel: the chunk is empty now) is popped, its space returned.
+        if (!c.blocks.back().live()) [[unlikely]] {
+          dead_ -= c.pop_dead();
           if (c.blocks.empty()) step_back();
         }
         observer_.on_deallocate(p, bytes, stream_);
@@ -182,18 +182,17 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     if (chunks_.empty() || m.chunk > current_) return;  // everything after the mark is already free
     for (std::size_t i = current_; i > m.chunk; --i) {
       auto& c = chunks_[i];
-      for (const auto& b : c.blocks)
-        if (b.live()) note_free(b.requested());
+      for (const auto& b : c.blocks) forget(b);
       c.blocks.clear();
       c.top = c.base;
     }
     current_ = m.chunk;
     auto& c = chunks_[current_];
     while (!c.blocks.empty() && c.blocks.back().start >= c.base + m.offset) {
-      if (c.blocks.back().live()) note_free(c.blocks.back().requested());
+      forget(c.blocks.back());
       c.blocks.pop_back();
     }
-    c.pop_dead();
+    dead_ -= c.pop_dead();
     if (c.blocks.empty()) step_back();
     sync_hot();
   }
@@ -206,8 +205,8 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     const std::size_t used = step_last_ + 1;  // chunks 0..step_last_ were used in this step
     ++epoch_;
     stats_.total_deallocations = stats_.total_allocations;  // every live block is freed
-    stats_.live_bytes = 0;
     stats_.requested_bytes = 0;
+    dead_ = 0;
     current_ = 0;
     step_last_ = 0;
     if (used > 1 && used <= chunks_.size()) resize_to_step(used);
@@ -244,6 +243,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// live/requested/reserved bytes and their peaks, counts, free space. O(chunks).
   [[nodiscard]] vram::stats stats() const noexcept {
     vram::stats s = stats_;
+    s.live_bytes = live_bytes();
     if (rising_) {
       s.peak_live_bytes = std::max(s.peak_live_bytes, s.live_bytes);
       s.peak_requested_bytes = std::max(s.peak_requested_bytes, s.requested_bytes);
@@ -265,7 +265,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// Full checks under VRAM_DEBUG, nothing otherwise.
   void check_invariants() const {
 #if VRAM_DEBUG
-    std::size_t live = 0, requested = 0, count = 0, reserved = 0;
+    std::size_t live = 0, requested = 0, count = 0, reserved = 0, dead = 0, below = 0;
     for (std::size_t i = 0; i < chunks_.size(); ++i) {
       const auto& c = chunks_[i];
       reserved += c.bytes();
@@ -283,12 +283,14 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
         if (b.gap() && (b.live() || b.requested() % default_alignment != 0)) fail("a live or unaligned gap record");
         prev_end = b.end();
         if (b.live()) live += static_cast<std::size_t>(b.end() - b.start), requested += b.requested(), ++count;
+        else dead += static_cast<std::size_t>(b.end() - b.start);
       }
+      if (i < current_) below += c.used();
       if (c.top != prev_end) fail("top != end of the last block");
       if (!c.blocks.back().live() && !c.blocks.empty()) fail("a dead block on top of a chunk");
       if (c.blocks.begin()[-1].start != nullptr || c.blocks.begin()[-1].live()) fail("the sentinel below the blocks is not dead");
     }
-    if (live != stats_.live_bytes || requested != stats_.requested_bytes || count != live_count())
+    if (live != live_bytes() || requested != stats_.requested_bytes || count != live_count())
       fail("live totals disagree with the blocks");
     if (reserved != stats_.reserved_bytes) fail("reserved_bytes != sum of chunk sizes");
     if (!chunks_.empty() && current_ >= chunks_.size()) fail("current chunk out of range");
@@ -298,7 +300,8 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     if (current_ > step_last_ || (!chunks_.empty() && step_last_ >= chunks_.size()) || (chunks_.empty() && step_last_ != 0))
       fail("current <= step_last < chunk count does not hold");
     if (stats_.total_deallocations > stats_.total_allocations) fail("more deallocations than allocations");
-    if (!rising_ && (stats_.live_bytes > stats_.peak_live_bytes || stats_.requested_bytes > stats_.peak_requested_bytes))
+    if (dead != dead_ || below != below_) fail("dead_ or below_ disagree with the chunks");
+    if (!rising_ && (live_bytes() > stats_.peak_live_bytes || stats_.requested_bytes > stats_.peak_requested_bytes))
       fail("a live total above its peak");
 #endif
   }
@@ -328,11 +331,14 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     const std::size_t gap = align_up(reinterpret_cast<std::uintptr_t>(c.top), align) - reinterpret_cast<std::uintptr_t>(c.top);
     if (gap > c.room() || c.room() - gap < footprint) return nullptr;
     c.blocks.reserve_more(gap != 0 ? 2 : 1);
-    if (gap != 0) c.blocks.push_unchecked({c.top, detail::arena_block::dead_bit | detail::arena_block::gap_bit | gap});
+    if (gap != 0) {
+      c.blocks.push_unchecked({c.top, detail::arena_block::dead_bit | detail::arena_block::gap_bit | gap});
+      dead_ += gap;
+    }
     char* p = c.top + gap;
     c.blocks.push_unchecked({p, bytes});
     c.top = p + footprint;
-    note_alloc(bytes, footprint);
+    note_alloc(bytes);
     observer_.on_allocate(p, bytes, stream_);
     return p;
   }
@@ -476,17 +482,18 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     }
     note_free(bytes);
     b.kill();
+    dead_ += static_cast<std::size_t>(b.end() - b.start);
     if (k + 1 == c.blocks.size()) {
-      c.pop_dead();
+      dead_ -= c.pop_dead();
       if (i == current_ && c.blocks.empty()) step_back();
+      if (i < current_) sync_hot();  // a lower chunk's top fell: below_ with it
     }
     observer_.on_deallocate(p, bytes, stream_);
   }
 
-  // The counters the hot path keeps: live and requested bytes, their peaks, the two totals.
-  // live_allocations is derived (total_allocations - total_deallocations) in stats().
-  void note_alloc(std::size_t bytes, std::size_t footprint) noexcept {
-    stats_.live_bytes += footprint;
+  // The counters the hot path keeps: requested bytes and the two totals. live_bytes and
+  // live_allocations are derived (live_bytes(), live_count()); the peaks are settled at turns.
+  void note_alloc(std::size_t bytes) noexcept {
     stats_.requested_bytes += bytes;
     ++stats_.total_allocations;
     rising_ = true;  // peaks and the chunk's high-water are brought up to date by settle()
@@ -498,16 +505,23 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   void settle() noexcept {
     if (!rising_) return;
     hot_->high = std::max(hot_->high, hot_->used());
-    stats_.peak_live_bytes = std::max(stats_.peak_live_bytes, stats_.live_bytes);
+    stats_.peak_live_bytes = std::max(stats_.peak_live_bytes, live_bytes());
     stats_.peak_requested_bytes = std::max(stats_.peak_requested_bytes, stats_.requested_bytes);
     rising_ = false;
   }
   void note_free(std::size_t requested) noexcept {
-    stats_.live_bytes -= align_up(requested, default_alignment);
     stats_.requested_bytes -= requested;
     ++stats_.total_deallocations;
   }
+  /// A record dropped by rewind(): a live block is freed, a dead one leaves dead_.
+  void forget(const detail::arena_block& b) noexcept {
+    if (b.live()) note_free(b.requested());
+    else dead_ -= static_cast<std::size_t>(b.end() - b.start);
+  }
   [[nodiscard]] std::size_t live_count() const noexcept { return stats_.total_allocations - stats_.total_deallocations; }
+  /// Blocks are contiguous from each chunk's base, so the live footprints are the used bytes
+  /// of the step's chunks less the dead records': O(1), with nothing kept on the hot path.
+  [[nodiscard]] std::size_t live_bytes() const noexcept { return below_ + hot_->used() - dead_; }
 
   /// The current chunk is empty: continue in the highest chunk below it that holds blocks, so
   /// their free tops are bumped into again.
@@ -516,8 +530,13 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     sync_hot();
   }
 
-  /// Re-points hot_ at the current chunk; after every change of current_ or of chunks_.
-  void sync_hot() noexcept { hot_ = chunks_.empty() ? &no_chunk_ : chunks_.data() + current_; }
+  /// Re-points hot_ at the current chunk and recomputes below_; after every change of current_,
+  /// of chunks_, or of a lower chunk's top. O(current_).
+  void sync_hot() noexcept {
+    hot_ = chunks_.empty() ? &no_chunk_ : chunks_.data() + current_;
+    below_ = 0;
+    for (std::size_t i = 0; i < current_ && i < chunks_.size(); ++i) below_ += chunks_[i].used();
+  }
 
   void give_back(detail::arena_chunk& c) noexcept {
     if (c.base == nullptr) return;
@@ -540,11 +559,15 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   detail::arena_chunk* hot_ = &no_chunk_;
   std::size_t step_last_ = 0;                // the highest chunk used in this step (current_ <= step_last_)
   std::uint64_t epoch_ = 0;                  // the step; bumped by reset()
+  // live bytes == below_ + hot_->used() - dead_ (blocks are contiguous from each chunk's base):
+  std::size_t below_ = 0;  // == sum of chunks_[i].used() for i < current_
+  std::size_t dead_ = 0;   // == sum of the footprints of dead records (out-of-order frees, gaps) in this step
   // Allocations since the last settle(): then peak_* may be below the live totals and the
   // current chunk's high below its top (stats() and check_invariants() allow for it).
   bool rising_ = false;
-  // live_bytes == sum of live block footprints (current epoch); reserved_bytes == sum of chunk bytes;
-  // total_allocations - total_deallocations == live blocks (stats_.live_allocations is not kept)
+  // reserved_bytes == sum of chunk bytes; requested_bytes == sum of live requests;
+  // total_allocations - total_deallocations == live blocks (stats_.live_bytes and
+  // stats_.live_allocations are not kept: stats() derives them)
   vram::stats stats_{};
 };
 

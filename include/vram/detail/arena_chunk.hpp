@@ -149,10 +149,14 @@ struct arena_chunk {
     return lo < blocks.size() && blocks[lo].start == p ? lo : blocks.size();
   }
 
-  /// Pops dead blocks (and gap records) off the top, so their space can be bumped into again.
-  void pop_dead() noexcept {
-    while (!blocks.empty() && !blocks.back().live()) blocks.pop_back();
+  /// Pops dead blocks (and gap records) off the top, so their space can be bumped into again;
+  /// returns the bytes they covered.
+  std::size_t pop_dead() noexcept {
+    std::size_t bytes = 0;
+    for (; !blocks.empty() && !blocks.back().live(); blocks.pop_back())
+      bytes += static_cast<std::size_t>(blocks.back().end() - blocks.back().start);
     top = blocks.empty() ? base : blocks.back().end();
+    return bytes;
   }
 };
 
