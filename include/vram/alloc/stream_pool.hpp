@@ -191,7 +191,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
         block* b = nullptr;
         {
           std::lock_guard lock(l->mutex);
-          if ((b = pop_exact(l->bins[classes::index(size)], size)) != nullptr) {
+          if ((b = l->bins[classes::index(size)].pop(size)) != nullptr) {
             b->cached = false;  // stays in the lane's map: no map update on a bin hit
             l->cached_bytes -= size;
             lane_take(*l, b, bytes);
@@ -233,11 +233,11 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
             return;
           }
           auto& bin = l->bins[classes::index(b->size)];
-          if (bin.size() < options_.bin_capacity && l->cached_bytes + b->size <= options_.lane_cache_bytes) {
+          if (bin.count < options_.bin_capacity && l->cached_bytes + b->size <= options_.lane_cache_bytes) {
             if (l->stream.stale(s)) l->stream.refresh(s);
             lane_give(*l, b);
             b->cached = true;  // stays in the lane's map, marked cached
-            bin.push_back(b);  // capacity reserved at lane creation: cannot throw
+            bin.push(b);
             l->cached_bytes += b->size;
             lock.unlock();
             observer_.on_deallocate(p, bytes, s);
@@ -456,17 +456,40 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     }
   };
 
+  /// A size class's cache in a lane: a stack of cached blocks in storage the lane reserved at
+  /// its creation (bin_capacity slots), so a push never allocates. Invariant: count <= capacity.
+  struct bin {
+    block** slots = nullptr;
+    std::size_t count = 0;
+    [[nodiscard]] block** begin() const noexcept { return slots; }
+    [[nodiscard]] block** end() const noexcept { return slots + count; }
+    void push(block* b) noexcept { slots[count++] = b; }  // pre: count < capacity
+    /// Takes the most recently cached block of exactly `size` bytes, or nullptr. A class up to
+    /// linear_max holds one size; above, a class holds several and the last few are looked at.
+    block* pop(std::size_t size) noexcept {
+      if (size <= classes::linear_max) return count != 0 ? slots[--count] : nullptr;
+      for (std::size_t i = count, stop = count > bin_probe ? count - bin_probe : 0; i > stop; --i)
+        if (block* b = slots[i - 1]; b->size == size) {
+          slots[i - 1] = slots[--count];
+          return b;
+        }
+      return nullptr;
+    }
+  };
+
   /// One stream's fast path. Its map holds every block the lane owns, live or cached (a bin
   /// hit or a cached free touches no map). Its ledger counts the live blocks allocated on its
   /// stream, on its bins and on the heap. Invariant: cached_bytes == sum of sizes in bins.
   struct alignas(64) lane {  // its own cache lines: threads on other streams never touch them
-    lane(std::uintptr_t k, stream_ref s, std::size_t bin_capacity) : key(k), stream(s) {
-      for (auto& bin : bins) bin.reserve(bin_capacity);
+    lane(std::uintptr_t k, stream_ref s, std::size_t bin_capacity)
+        : key(k), stream(s), bin_storage(std::make_unique<block*[]>(classes::count * bin_capacity)) {
+      for (std::size_t i = 0; i < classes::count; ++i) bins[i].slots = bin_storage.get() + i * bin_capacity;
     }
     mutable detail::pool_spin_lock mutex;
     std::uintptr_t key;
     detail::pool_stream stream;
-    std::array<std::vector<block*>, classes::count> bins;
+    std::unique_ptr<block*[]> bin_storage;
+    std::array<bin, classes::count> bins;
     live_map live;
     std::size_t cached_bytes = 0;
     ledger books;  // the live blocks booked to this lane
@@ -501,20 +524,6 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       }
       if (k == 0) return nullptr;
     }
-    return nullptr;
-  }
-
-  /// Takes the most recently cached block of exactly `size` bytes among the last few of a
-  /// bin (a bin of a class above 4 KiB holds several sizes), or nullptr.
-  static block* pop_exact(std::vector<block*>& bin, std::size_t size) noexcept {
-    std::size_t n = bin.size(), stop = n > bin_probe ? n - bin_probe : 0;
-    for (std::size_t i = n; i > stop; --i)
-      if (bin[i - 1]->size == size) {
-        block* b = bin[i - 1];
-        bin[i - 1] = bin.back();
-        bin.pop_back();
-        return b;
-      }
     return nullptr;
   }
 
@@ -613,7 +622,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
           b->cached = false;
           heap_free(b, l.key);
         }
-        bin.clear();
+        bin.count = 0;
       }
       l.cached_bytes = 0;
     });
@@ -655,7 +664,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       peak_requested += l.books.peak_requested;
       st.free_bytes += l.cached_bytes;
       for (const auto& bin : l.bins) {
-        st.free_blocks += bin.size();
+        st.free_blocks += bin.count;
         for (const block* b : bin) st.largest_free_block = std::max(st.largest_free_block, b->size);
       }
     });
