@@ -1099,12 +1099,12 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     block* b = nullptr;
     std::size_t expected = 0;  // the recorded size when it differs from `bytes`
     bool cached = false;       // addr is a block cached in a bin: a second free
-    if (block** found = heap_live_.find(addr)) {
-      if ((*found)->requested != bytes) {
-        expected = (*found)->requested;
+    if (std::size_t slot = heap_live_.locate(addr); slot != live_map::npos) {
+      if (heap_live_.at(slot)->requested != bytes) {
+        expected = heap_live_.at(slot)->requested;
       } else {
-        b = *found;
-        heap_live_.erase(addr);
+        b = heap_live_.at(slot);
+        heap_live_.erase_at(slot);
         give_heap_live(b);
       }
     } else {

@@ -19,12 +19,21 @@ class pool_flat_map {
 
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
 
+  static constexpr std::size_t npos = ~std::size_t{0};
+
+  /// The slot holding `key`, or npos (a slot stays valid until the next insert or erase).
+  [[nodiscard]] std::size_t locate(std::uintptr_t key) const noexcept {
+    for (std::size_t i = home(key);; i = (i + 1) & mask()) {
+      if (slots_[i].key == key) return i;
+      if (slots_[i].key == 0) return npos;
+    }
+  }
+  [[nodiscard]] Value& at(std::size_t slot) noexcept { return slots_[slot].value; }
+
   /// The value stored for `key`, or nullptr.
   [[nodiscard]] Value* find(std::uintptr_t key) noexcept {
-    for (std::size_t i = home(key);; i = (i + 1) & mask()) {
-      if (slots_[i].key == key) return &slots_[i].value;
-      if (slots_[i].key == 0) return nullptr;
-    }
+    std::size_t i = locate(key);
+    return i != npos ? &slots_[i].value : nullptr;
   }
 
   /// Inserts `key` (pre: absent, non-zero). May throw std::bad_alloc when growing.
@@ -35,9 +44,11 @@ class pool_flat_map {
   }
 
   /// Removes `key` (pre: present).
-  void erase(std::uintptr_t key) noexcept {
-    std::size_t i = home(key);
-    while (slots_[i].key != key) i = (i + 1) & mask();
+  void erase(std::uintptr_t key) noexcept { erase_at(locate(key)); }
+
+  /// Removes the entry in `slot` (from locate()).
+  void erase_at(std::size_t slot) noexcept {
+    std::size_t i = slot;
     // Backward shift: move later members of the run into the hole when their home allows.
     for (std::size_t j = (i + 1) & mask(); slots_[j].key != 0; j = (j + 1) & mask()) {
       std::size_t h = home(slots_[j].key);
