@@ -94,7 +94,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   activation_arena& operator=(const activation_arena&) = delete;
   activation_arena(activation_arena&& o) noexcept
       : upstream_(std::move(o.upstream_)), observer_(std::move(o.observer_)), stream_(o.stream_),
-        chunk_bytes_(o.chunk_bytes_), chunks_(std::exchange(o.chunks_, {})), current_(std::exchange(o.current_, 0)),
+        chunk_bytes_(o.chunk_bytes_), chunks_(take_chunks(o)), current_(std::exchange(o.current_, 0)),
         step_last_(std::exchange(o.step_last_, 0)),
         epoch_(o.epoch_), dead_(std::exchange(o.dead_, 0)), rising_(std::exchange(o.rising_, false)),
         stats_(std::exchange(o.stats_, {})) {
@@ -118,13 +118,12 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     // compare), the arena's stream, room in the current chunk and its record. Everything
     // else, checks and errors included, is in allocate_slow.
     if (bytes - 1 < max_request_bytes && align == default_alignment && same_stream(s)) [[likely]] {
-      auto& c = *hot_;
-      char* const p = c.top;
+      char* const p = top_;
       // No overflow: footprint <= max_request_bytes + 255 < 2^57, and addresses are below 2^63.
       const std::uintptr_t next = reinterpret_cast<std::uintptr_t>(p) + align_up(bytes, default_alignment);
-      if (next <= reinterpret_cast<std::uintptr_t>(c.limit) && !c.blocks.full()) [[likely]] {
-        c.blocks.push_unchecked({p, bytes});
-        c.top = reinterpret_cast<char*>(next);
+      if (next <= reinterpret_cast<std::uintptr_t>(limit_) && rec_ != rec_cap_) [[likely]] {
+        *rec_++ = {p, bytes};
+        top_ = reinterpret_cast<char*>(next);
         note_alloc(bytes);
         observer_.on_allocate(p, bytes, stream_);
         return p;
@@ -139,17 +138,17 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     // size. One compare of each record word: a dead record (and the sentinel below the first
     // block) never matches, as its tag has bit 63 set and `bytes` must not.
     if (same_stream(s)) [[likely]] {
-      auto& c = *hot_;
-      const auto& b = c.blocks.back();
+      const auto& b = rec_[-1];
       if (b.start == p && b.tag == bytes && static_cast<std::ptrdiff_t>(bytes) >= 0) [[likely]] {
         if (rising_) settle();  // the peaks before live bytes fall (once per turn of the pattern)
         note_free(bytes);
-        c.blocks.pop_back();
-        c.top = static_cast<char*>(p);  // the block below ends at p: blocks are contiguous
+        --rec_;
+        top_ = static_cast<char*>(p);  // the block below ends at p: blocks are contiguous
         // A dead block below (or the sentinel: the chunk is empty now) is popped, its space returned.
-        if (!c.blocks.back().live()) [[unlikely]] {
-          dead_ -= c.pop_dead();
-          if (c.blocks.empty()) step_back();
+        if (!rec_[-1].live()) [[unlikely]] {
+          park();
+          dead_ -= hot_->pop_dead();
+          step_back();
         }
         observer_.on_deallocate(p, bytes, stream_);
         return;
@@ -169,7 +168,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// The current position; rewind(mark()) later frees everything allocated in between.
   [[nodiscard]] arena_mark mark() const noexcept {
     if (chunks_.empty()) return {0, 0, epoch_};
-    return {current_, chunks_[current_].used(), epoch_};
+    return {current_, static_cast<std::size_t>(top_ - hot_->base), epoch_};
   }
 
   /// Frees every block allocated after `m` (and still live). O(blocks freed).
@@ -180,6 +179,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     if (m.epoch != epoch_) detail::throw_invalid_argument(name(), "rewind to a mark from before a reset()");
     settle();
     if (chunks_.empty() || m.chunk > current_) return;  // everything after the mark is already free
+    park();
     for (std::size_t i = current_; i > m.chunk; --i) {
       auto& c = chunks_[i];
       for (const auto& b : c.blocks) forget(b);
@@ -202,6 +202,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// class comment). Deallocating a block of the ended step afterwards is reported.
   void reset() noexcept {
     settle();
+    park();
     const std::size_t used = step_last_ + 1;  // chunks 0..step_last_ were used in this step
     ++epoch_;
     stats_.total_deallocations = stats_.total_allocations;  // every live block is freed
@@ -217,6 +218,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// Gives the chunks that hold nothing live back to the upstream; returns the bytes released.
   std::size_t release() noexcept {
     settle();
+    park();
     std::size_t keep = live_count() == 0 ? 0 : current_ + 1;
     std::size_t bytes = 0;
     for (std::size_t i = keep; i < chunks_.size(); ++i) {
@@ -232,6 +234,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
 
   /// True when `p` is the start of a live block of the current step.
   [[nodiscard]] bool owns(const void* p) const noexcept {
+    park();
     for (const auto& c : chunks_) {
       if (!c.contains(p) || c.epoch != epoch_) continue;
       std::size_t i = c.find(p);
@@ -242,6 +245,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
 
   /// live/requested/reserved bytes and their peaks, counts, free space. O(chunks).
   [[nodiscard]] vram::stats stats() const noexcept {
+    park();
     vram::stats s = stats_;
     s.live_bytes = live_bytes();
     if (rising_) {
@@ -265,6 +269,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// Full checks under VRAM_DEBUG, nothing otherwise.
   void check_invariants() const {
 #if VRAM_DEBUG
+    park();
     std::size_t live = 0, requested = 0, count = 0, reserved = 0, dead = 0, below = 0;
     for (std::size_t i = 0; i < chunks_.size(); ++i) {
       const auto& c = chunks_[i];
@@ -295,6 +300,8 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     if (reserved != stats_.reserved_bytes) fail("reserved_bytes != sum of chunk sizes");
     if (!chunks_.empty() && current_ >= chunks_.size()) fail("current chunk out of range");
     if (hot_ != (chunks_.empty() ? &no_chunk_ : chunks_.data() + current_)) fail("hot_ != &chunks_[current_]");
+    if (limit_ != hot_->limit || rec_cap_ != hot_->blocks.begin() + hot_->blocks.capacity() || top_ < hot_->base)
+      fail("the hot copy disagrees with the current chunk");
     if (no_chunk_.bytes() != 0 || no_chunk_.room() != 0 || !no_chunk_.blocks.empty() || no_chunk_.blocks.capacity() != 0)
       fail("no_chunk_ is not empty");
     if (current_ > step_last_ || (!chunks_.empty() && step_last_ >= chunks_.size()) || (chunks_.empty() && step_last_ != 0))
@@ -350,6 +357,15 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     if (!same_stream(s)) [[unlikely]]
       detail::throw_invalid_argument(name(), "allocate on a stream other than the arena's (see the class comment)");
     if (bytes == 0) return nullptr;
+    park();
+    void* p = bump_or_grow(bytes, align);
+    sync_hot();
+    return p;
+  }
+
+  /// allocate_slow with its arguments checked, the arena parked: bumps into the current
+  /// chunk, the next one, or a new one. Throws with nothing changed.
+  void* bump_or_grow(std::size_t bytes, std::size_t align) {
     settle();  // this may move to another chunk
     const std::size_t footprint = align_up(bytes, default_alignment);
     if (!chunks_.empty()) {
@@ -442,6 +458,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       return;
     }
     settle();
+    park();
     // Search recent chunks first: out-of-order frees are usually near the top.
     std::size_t i = chunks_.size();
     for (std::size_t k = 0; k < chunks_.size(); ++k) {
@@ -486,8 +503,8 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     if (k + 1 == c.blocks.size()) {
       dead_ -= c.pop_dead();
       if (i == current_ && c.blocks.empty()) step_back();
-      if (i < current_) sync_hot();  // a lower chunk's top fell: below_ with it
     }
+    sync_hot();  // the current chunk's top, or a lower one's (below_), may have fallen
     observer_.on_deallocate(p, bytes, stream_);
   }
 
@@ -504,7 +521,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// them, moves to another chunk or reads them: each of those settles first.
   void settle() noexcept {
     if (!rising_) return;
-    hot_->high = std::max(hot_->high, hot_->used());
+    hot_->high = std::max(hot_->high, static_cast<std::size_t>(top_ - hot_->base));
     stats_.peak_live_bytes = std::max(stats_.peak_live_bytes, live_bytes());
     stats_.peak_requested_bytes = std::max(stats_.peak_requested_bytes, stats_.requested_bytes);
     rising_ = false;
@@ -518,10 +535,14 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     if (b.live()) note_free(b.requested());
     else dead_ -= static_cast<std::size_t>(b.end() - b.start);
   }
+  static std::vector<detail::arena_chunk> take_chunks(activation_arena& o) noexcept {
+    o.park();
+    return std::exchange(o.chunks_, {});
+  }
   [[nodiscard]] std::size_t live_count() const noexcept { return stats_.total_allocations - stats_.total_deallocations; }
   /// Blocks are contiguous from each chunk's base, so the live footprints are the used bytes
   /// of the step's chunks less the dead records': O(1), with nothing kept on the hot path.
-  [[nodiscard]] std::size_t live_bytes() const noexcept { return below_ + hot_->used() - dead_; }
+  [[nodiscard]] std::size_t live_bytes() const noexcept { return below_ + static_cast<std::size_t>(top_ - hot_->base) - dead_; }
 
   /// The current chunk is empty: continue in the highest chunk below it that holds blocks, so
   /// their free tops are bumped into again.
@@ -530,10 +551,24 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     sync_hot();
   }
 
-  /// Re-points hot_ at the current chunk and recomputes below_; after every change of current_,
-  /// of chunks_, or of a lower chunk's top. O(current_).
+  /// Writes the hot copy back into the current chunk, so that the rest of the code reads one
+  /// place: before anything but the hot paths reads or changes a chunk. Writes only what the
+  /// hot copy already says (logically const; no_chunk_, possibly part of a const arena, is
+  /// never written: its hot copy never changes).
+  void park() const noexcept {
+    if (hot_ == &no_chunk_) return;
+    hot_->top = top_;
+    hot_->blocks.set_end(rec_);
+  }
+
+  /// Re-points hot_ at the current chunk, reloads the hot copy from it and recomputes below_;
+  /// after every change of current_, of chunks_, or of a parked chunk. O(current_).
   void sync_hot() noexcept {
     hot_ = chunks_.empty() ? &no_chunk_ : chunks_.data() + current_;
+    top_ = hot_->top;
+    limit_ = hot_->limit;
+    rec_ = hot_->blocks.end_ptr();
+    rec_cap_ = hot_->blocks.cap_ptr();
     below_ = 0;
     for (std::size_t i = 0; i < current_ && i < chunks_.size(); ++i) below_ += chunks_[i].used();
   }
@@ -553,10 +588,19 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   std::size_t chunk_bytes_;
   std::vector<detail::arena_chunk> chunks_;  // in the order a step uses them
   std::size_t current_ = 0;                  // the chunk being bumped; chunks above it hold nothing live
-  // == chunks_.empty() ? &no_chunk_ : &chunks_[current_]: the hot path's one load, no null check
-  // (no_chunk_ has no room and no blocks, so both hot paths fall through to the slow ones).
+  // == chunks_.empty() ? &no_chunk_ : &chunks_[current_], never null (no_chunk_ has no room
+  // and no blocks, so both hot paths fall through to the slow ones).
   detail::arena_chunk no_chunk_{};
   detail::arena_chunk* hot_ = &no_chunk_;
+  // The current chunk's bump state, kept in the arena itself so the hot paths read it with no
+  // load of hot_ first. It is the truth for the current chunk: hot_->top and hot_->blocks'
+  // end are stale until park() writes these back, and sync_hot() reloads them.
+  //   top_ == hot_->top (parked), limit_ == hot_->limit, [begin, rec_) == hot_->blocks (parked),
+  //   rec_cap_ == the end of its capacity
+  char* top_ = nullptr;
+  char* limit_ = nullptr;
+  detail::arena_block* rec_ = no_chunk_.blocks.end_ptr();
+  detail::arena_block* rec_cap_ = rec_;
   std::size_t step_last_ = 0;                // the highest chunk used in this step (current_ <= step_last_)
   std::uint64_t epoch_ = 0;                  // the step; bumped by reset()
   // live bytes == below_ + hot_->used() - dead_ (blocks are contiguous from each chunk's base):

@@ -64,6 +64,11 @@ class block_stack {
   [[nodiscard]] const arena_block* begin() const noexcept { return data(); }
   [[nodiscard]] const arena_block* end() const noexcept { return end_; }
 
+  /// The stack as two pointers, for a copy held elsewhere (activation_arena's hot state).
+  [[nodiscard]] arena_block* end_ptr() const noexcept { return end_; }
+  [[nodiscard]] arena_block* cap_ptr() const noexcept { return cap_; }
+  /// Pre: data() <= e <= cap_ptr().
+  void set_end(arena_block* e) noexcept { end_ = e; }
   /// Pre: !full().
   void push_unchecked(const arena_block& b) noexcept { *end_++ = b; }
   /// May throw bad_alloc (growing), with nothing changed.
