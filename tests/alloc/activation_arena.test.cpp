@@ -233,6 +233,105 @@ TEST_CASE("activation_arena: alignment above the default is honoured", "[activat
   a.reset();
 }
 
+TEST_CASE("activation_arena: the gap below an over-aligned block is returned with it", "[activation_arena]") {
+  vram::test::misuse_capture capture;
+  auto a = make_arena(64 * KiB);
+  auto* p = static_cast<char*>(a.allocate_sync(256));
+  auto* q = static_cast<char*>(a.allocate_sync(100, 4096));  // a gap between p + 256 and q (unless p + 256 is aligned)
+  REQUIRE(vram::is_aligned(q, 4096));
+  CHECK(a.stats().live_bytes == 512);  // the gap is not live
+  a.check_invariants();
+  if (q != p + 256) {
+    auto before = state(a);
+    a.deallocate_sync(p + 256, 256);  // the gap's start: never handed out
+    CHECK(capture.count(vram::misuse::foreign_pointer) == 1);
+    CHECK(state(a) == before);
+  }
+  a.deallocate_sync(q, 100);  // LIFO: the gap goes too
+  CHECK(a.stats().live_bytes == 256);
+  a.check_invariants();
+  CHECK(a.allocate_sync(256) == p + 256);  // bumped right above p again
+  a.check_invariants();
+  a.reset();
+
+  // Out of order: the block below the gap first, then the aligned block empties the chunk.
+  p = static_cast<char*>(a.allocate_sync(256));
+  q = static_cast<char*>(a.allocate_sync(300, 8192));
+  a.deallocate_sync(p, 256);
+  CHECK(a.stats().live_bytes == 512);
+  a.deallocate_sync(q, 300);
+  CHECK(a.stats().live_bytes == 0);
+  CHECK(a.stats().live_allocations == 0);
+  a.check_invariants();
+  CHECK(a.allocate_sync(256) == p);  // the chunk is empty: bumping starts at its base
+  a.reset();
+}
+
+TEST_CASE("activation_arena: a size with bit 63 set matches no record (the sentinel, dead blocks)",
+          "[activation_arena]") {
+  vram::test::misuse_capture capture;
+  auto a = make_arena(64 * KiB);
+  constexpr std::size_t bit63 = std::size_t{1} << 63;
+  void* p = a.allocate_sync(1000);
+  a.deallocate_sync(p, 1000);  // the chunk is empty: its last record is the sentinel (nullptr, dead)
+  auto before = state(a);
+  a.deallocate_sync(nullptr, bit63);
+  a.deallocate_sync(nullptr, ~std::size_t{0});
+  CHECK(state(a) == before);
+  a.check_invariants();
+  void* x = a.allocate_sync(1000);
+  void* y = a.allocate_sync(2000);
+  a.deallocate_sync(x, 1000);  // dead below y
+  auto mid = state(a);
+  a.deallocate_sync(x, 1000 | bit63);  // a dead record's tag: still a double free
+  CHECK(capture.count(vram::misuse::double_free) == 1);
+  a.deallocate_sync(y, 2000 | bit63);
+  CHECK(capture.count(vram::misuse::wrong_size) == 1);
+  CHECK(state(a) == mid);
+  a.check_invariants();
+  a.deallocate_sync(y, 2000);
+  CHECK(a.stats().live_bytes == 0);
+  a.check_invariants();
+  a.reset();
+}
+
+TEST_CASE("activation_arena: live bytes stay exact when a lower chunk is freed out of order", "[activation_arena]") {
+  auto a = make_arena(64 * KiB);
+  std::vector<void*> ps;
+  for (int i = 0; i < 10; ++i) ps.push_back(a.allocate_sync(20 * KiB));  // four chunks: 3 + 3 + 3 + 1
+  CHECK(a.chunk_count() == 4);
+  CHECK(a.stats().live_bytes == 200 * KiB);
+  a.deallocate_sync(ps[2], 20 * KiB);  // chunk 0's top block, freed while chunk 3 is current
+  CHECK(a.stats().live_bytes == 180 * KiB);
+  a.check_invariants();
+  a.deallocate_sync(ps[1], 20 * KiB);
+  a.deallocate_sync(ps[4], 20 * KiB);  // out of order in chunk 1: dead below ps[5]
+  CHECK(a.stats().live_bytes == 140 * KiB);
+  a.check_invariants();
+  a.deallocate_sync(ps[9], 20 * KiB);  // chunk 3 empties: step back to chunk 2
+  a.deallocate_sync(ps[8], 20 * KiB);
+  a.deallocate_sync(ps[7], 20 * KiB);
+  a.deallocate_sync(ps[6], 20 * KiB);  // chunk 2 empties: back to chunk 1
+  CHECK(a.stats().live_bytes == 60 * KiB);
+  a.check_invariants();
+  a.deallocate_sync(ps[5], 20 * KiB);  // pops ps[4]'s dead record too: chunk 1 holds ps[3]
+  CHECK(a.stats().live_bytes == 40 * KiB);
+  void* again = a.allocate_sync(20 * KiB);
+  CHECK(again == ps[4]);
+  a.deallocate_sync(again, 20 * KiB);
+  a.deallocate_sync(ps[3], 20 * KiB);  // chunk 1 empties: back to chunk 0
+  CHECK(a.stats().live_bytes == 20 * KiB);
+  again = a.allocate_sync(20 * KiB);
+  CHECK(again == ps[1]);  // bumped above ps[0] in chunk 0 again
+  CHECK(a.stats().live_bytes == 40 * KiB);
+  a.check_invariants();
+  a.deallocate_sync(again, 20 * KiB);
+  a.deallocate_sync(ps[0], 20 * KiB);
+  CHECK(a.stats().live_bytes == 0);
+  a.check_invariants();
+  a.reset();
+}
+
 TEST_CASE("activation_arena: mark/rewind and arena_scope", "[activation_arena]") {
   auto a = make_arena(64 * KiB);
   void* keep = a.allocate_sync(4 * KiB);
@@ -436,6 +535,15 @@ TEST_CASE("activation_arena: random operations agree with a reference model", "[
   };
   std::map<char*, live_block> model;  // what must be live, by address
   std::vector<char*> order;           // allocation order (to free mostly in reverse)
+  // The model's own totals: footprints (requests rounded to default_alignment) and requests,
+  // and their maxima over the run (peaks survive reset()).
+  std::size_t live = 0, requested = 0, peak_live = 0, peak_requested = 0;
+  auto add = [&](std::size_t bytes, int sign) {
+    live += sign * vram::align_up(bytes, vram::default_alignment);
+    requested += sign * bytes;
+    peak_live = std::max(peak_live, live);
+    peak_requested = std::max(peak_requested, requested);
+  };
   for (int op = 0; op < 3000; ++op) {
     auto roll = rng() % 100;
     if (roll < 50 || order.empty()) {
@@ -450,6 +558,7 @@ TEST_CASE("activation_arena: random operations agree with a reference model", "[
       std::memset(p, pattern, bytes);
       model.emplace(p, live_block{bytes, pattern});
       order.push_back(p);
+      add(bytes, +1);
     } else if (roll < 95) {
       // 80% LIFO, otherwise a random live block.
       std::size_t i = rng() % 5 != 0 ? order.size() - 1 : rng() % order.size();
@@ -460,25 +569,36 @@ TEST_CASE("activation_arena: random operations agree with a reference model", "[
       a.deallocate_sync(p, b.bytes);
       model.erase(p);
       order.erase(order.begin() + static_cast<std::ptrdiff_t>(i));
+      add(b.bytes, -1);
     } else if (roll < 98) {
       auto m = a.mark();
       std::size_t n = order.size();
       for (int k = 0; k < 5; ++k) {
-        auto* p = static_cast<char*>(a.allocate_sync(1 + rng() % (4 * KiB)));
+        std::size_t bytes = 1 + rng() % (4 * KiB);
+        auto* p = static_cast<char*>(a.allocate_sync(bytes));
         order.push_back(p);
-        model.emplace(p, live_block{0, 0});
+        model.emplace(p, live_block{bytes, 0});
+        add(bytes, +1);
       }
       a.rewind(m);
-      for (std::size_t k = n; k < order.size(); ++k) model.erase(order[k]);
+      for (std::size_t k = n; k < order.size(); ++k) {
+        add(model.at(order[k]).bytes, -1);
+        model.erase(order[k]);
+      }
       order.resize(n);
     } else {
       a.reset();
       model.clear();
       order.clear();
+      live = requested = 0;
     }
     a.check_invariants();
     auto s = a.stats();
     REQUIRE(s.live_allocations == model.size());
+    REQUIRE(s.live_bytes == live);
+    REQUIRE(s.requested_bytes == requested);
+    REQUIRE(s.peak_live_bytes == peak_live);
+    REQUIRE(s.peak_requested_bytes == peak_requested);
     for (auto* p : order) REQUIRE(a.owns(p));
   }
   a.reset();
