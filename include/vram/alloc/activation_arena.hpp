@@ -96,7 +96,8 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       : upstream_(std::move(o.upstream_)), observer_(std::move(o.observer_)), stream_(o.stream_),
         chunk_bytes_(o.chunk_bytes_), chunks_(take_chunks(o)), current_(std::exchange(o.current_, 0)),
         step_last_(std::exchange(o.step_last_, 0)),
-        epoch_(o.epoch_), dead_(std::exchange(o.dead_, 0)), rising_(std::exchange(o.rising_, false)),
+        epoch_(o.epoch_), dead_(std::exchange(o.dead_, 0)),
+        dead_records_(std::exchange(o.dead_records_, 0)), rising_(std::exchange(o.rising_, false)),
         stats_(std::exchange(o.stats_, {})) {
     sync_hot();
     o.sync_hot();
@@ -147,7 +148,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
         // A dead block below (or the sentinel: the chunk is empty now) is popped, its space returned.
         if (!rec_[-1].live()) [[unlikely]] {
           park();
-          dead_ -= hot_->pop_dead();
+          drop(hot_->pop_dead());
           step_back();
         }
         observer_.on_deallocate(p, bytes, stream_);
@@ -192,7 +193,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       forget(c.blocks.back());
       c.blocks.pop_back();
     }
-    dead_ -= c.pop_dead();
+    drop(c.pop_dead());
     if (c.blocks.empty()) step_back();
     sync_hot();
   }
@@ -205,9 +206,8 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     park();
     const std::size_t used = step_last_ + 1;  // chunks 0..step_last_ were used in this step
     ++epoch_;
-    stats_.total_deallocations = stats_.total_allocations;  // every live block is freed
     stats_.requested_bytes = 0;
-    dead_ = 0;
+    dead_ = dead_records_ = 0;  // every live block is freed (live_count() is 0 with no records)
     current_ = 0;
     step_last_ = 0;
     if (used > 1 && used <= chunks_.size()) resize_to_step(used);
@@ -253,6 +253,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       s.peak_requested_bytes = std::max(s.peak_requested_bytes, s.requested_bytes);
     }
     s.live_allocations = live_count();
+    s.total_deallocations = s.total_allocations - s.live_allocations;
     s.free_bytes = s.reserved_bytes - s.live_bytes;
     // Bumpable space: the rest of the current chunk and every chunk after it.
     for (std::size_t i = current_; i < chunks_.size(); ++i) {
@@ -270,7 +271,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   void check_invariants() const {
 #if VRAM_DEBUG
     park();
-    std::size_t live = 0, requested = 0, count = 0, reserved = 0, dead = 0, below = 0;
+    std::size_t live = 0, requested = 0, count = 0, reserved = 0, dead = 0, dead_records = 0, below = 0, below_records = 0;
     for (std::size_t i = 0; i < chunks_.size(); ++i) {
       const auto& c = chunks_[i];
       reserved += c.bytes();
@@ -288,9 +289,9 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
         if (b.gap() && (b.live() || b.requested() % default_alignment != 0)) fail("a live or unaligned gap record");
         prev_end = b.end();
         if (b.live()) live += static_cast<std::size_t>(b.end() - b.start), requested += b.requested(), ++count;
-        else dead += static_cast<std::size_t>(b.end() - b.start);
+        else dead += static_cast<std::size_t>(b.end() - b.start), ++dead_records;
       }
-      if (i < current_) below += c.used();
+      if (i < current_) below += c.used(), below_records += c.blocks.size();
       if (c.top != prev_end) fail("top != end of the last block");
       if (!c.blocks.back().live() && !c.blocks.empty()) fail("a dead block on top of a chunk");
       if (c.blocks.begin()[-1].start != nullptr || c.blocks.begin()[-1].live()) fail("the sentinel below the blocks is not dead");
@@ -306,8 +307,9 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       fail("no_chunk_ is not empty");
     if (current_ > step_last_ || (!chunks_.empty() && step_last_ >= chunks_.size()) || (chunks_.empty() && step_last_ != 0))
       fail("current <= step_last < chunk count does not hold");
-    if (stats_.total_deallocations > stats_.total_allocations) fail("more deallocations than allocations");
-    if (dead != dead_ || below != below_) fail("dead_ or below_ disagree with the chunks");
+    if (live_count() > stats_.total_allocations) fail("more live blocks than allocations");
+    if (dead != dead_ || dead_records != dead_records_ || below != below_ || below_records != below_records_)
+      fail("dead_, dead_records_, below_ or below_records_ disagree with the chunks");
     if (!rising_ && (live_bytes() > stats_.peak_live_bytes || stats_.requested_bytes > stats_.peak_requested_bytes))
       fail("a live total above its peak");
 #endif
@@ -341,6 +343,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     if (gap != 0) {
       c.blocks.push_unchecked({c.top, detail::arena_block::dead_bit | detail::arena_block::gap_bit | gap});
       dead_ += gap;
+      ++dead_records_;
     }
     char* p = c.top + gap;
     c.blocks.push_unchecked({p, bytes});
@@ -500,16 +503,18 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     note_free(bytes);
     b.kill();
     dead_ += static_cast<std::size_t>(b.end() - b.start);
+    ++dead_records_;
     if (k + 1 == c.blocks.size()) {
-      dead_ -= c.pop_dead();
+      drop(c.pop_dead());
       if (i == current_ && c.blocks.empty()) step_back();
     }
     sync_hot();  // the current chunk's top, or a lower one's (below_), may have fallen
     observer_.on_deallocate(p, bytes, stream_);
   }
 
-  // The counters the hot path keeps: requested bytes and the two totals. live_bytes and
-  // live_allocations are derived (live_bytes(), live_count()); the peaks are settled at turns.
+  // The counters the hot path keeps: requested bytes and total_allocations. live_bytes,
+  // live_allocations and total_deallocations are derived from the records (live_bytes(),
+  // live_count()); the peaks are settled at turns.
   void note_alloc(std::size_t bytes) noexcept {
     stats_.requested_bytes += bytes;
     ++stats_.total_allocations;
@@ -528,18 +533,25 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   }
   void note_free(std::size_t requested) noexcept {
     stats_.requested_bytes -= requested;
-    ++stats_.total_deallocations;
   }
-  /// A record dropped by rewind(): a live block is freed, a dead one leaves dead_.
+  /// A record dropped by rewind(): a live block is freed, a dead one leaves the dead totals.
   void forget(const detail::arena_block& b) noexcept {
     if (b.live()) note_free(b.requested());
-    else dead_ -= static_cast<std::size_t>(b.end() - b.start);
+    else drop({static_cast<std::size_t>(b.end() - b.start), 1});
+  }
+  /// Dead records popped off a chunk leave the dead totals.
+  void drop(detail::dead_run d) noexcept {
+    dead_ -= d.bytes;
+    dead_records_ -= d.records;
   }
   static std::vector<detail::arena_chunk> take_chunks(activation_arena& o) noexcept {
     o.park();
     return std::exchange(o.chunks_, {});
   }
-  [[nodiscard]] std::size_t live_count() const noexcept { return stats_.total_allocations - stats_.total_deallocations; }
+  /// The live blocks: the records of the step's chunks less the dead ones. O(1).
+  [[nodiscard]] std::size_t live_count() const noexcept {
+    return below_records_ + static_cast<std::size_t>(rec_ - hot_->blocks.begin()) - dead_records_;
+  }
   /// Blocks are contiguous from each chunk's base, so the live footprints are the used bytes
   /// of the step's chunks less the dead records': O(1), with nothing kept on the hot path.
   [[nodiscard]] std::size_t live_bytes() const noexcept { return below_ + static_cast<std::size_t>(top_ - hot_->base) - dead_; }
@@ -569,8 +581,11 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     limit_ = hot_->limit;
     rec_ = hot_->blocks.end_ptr();
     rec_cap_ = hot_->blocks.cap_ptr();
-    below_ = 0;
-    for (std::size_t i = 0; i < current_ && i < chunks_.size(); ++i) below_ += chunks_[i].used();
+    below_ = below_records_ = 0;
+    for (std::size_t i = 0; i < current_ && i < chunks_.size(); ++i) {
+      below_ += chunks_[i].used();
+      below_records_ += chunks_[i].blocks.size();
+    }
   }
 
   void give_back(detail::arena_chunk& c) noexcept {
@@ -603,15 +618,18 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   detail::arena_block* rec_cap_ = rec_;
   std::size_t step_last_ = 0;                // the highest chunk used in this step (current_ <= step_last_)
   std::uint64_t epoch_ = 0;                  // the step; bumped by reset()
-  // live bytes == below_ + hot_->used() - dead_ (blocks are contiguous from each chunk's base):
-  std::size_t below_ = 0;  // == sum of chunks_[i].used() for i < current_
-  std::size_t dead_ = 0;   // == sum of the footprints of dead records (out-of-order frees, gaps) in this step
+  // live bytes == below_ + hot_->used() - dead_ (blocks are contiguous from each chunk's base),
+  // live blocks == below_records_ + hot_->blocks.size() - dead_records_:
+  std::size_t below_ = 0;          // == sum of chunks_[i].used() for i < current_
+  std::size_t below_records_ = 0;  // == sum of chunks_[i].blocks.size() for i < current_
+  std::size_t dead_ = 0;           // == sum of the footprints of dead records (out-of-order frees, gaps) in this step
+  std::size_t dead_records_ = 0;   // == the number of those records
   // Allocations since the last settle(): then peak_* may be below the live totals and the
   // current chunk's high below its top (stats() and check_invariants() allow for it).
   bool rising_ = false;
-  // reserved_bytes == sum of chunk bytes; requested_bytes == sum of live requests;
-  // total_allocations - total_deallocations == live blocks (stats_.live_bytes and
-  // stats_.live_allocations are not kept: stats() derives them)
+  // reserved_bytes == sum of chunk bytes; requested_bytes == sum of live requests
+  // (stats_.live_bytes, live_allocations and total_deallocations are not kept: stats()
+  // derives them)
   vram::stats stats_{};
 };
 

@@ -107,6 +107,12 @@ class block_stack {
   arena_block* cap_ = empty_end();
 };
 
+/// Dead records popped together, and the bytes they covered.
+struct dead_run {
+  std::size_t bytes = 0;
+  std::size_t records = 0;
+};
+
 /// A chunk taken from the upstream.
 ///
 /// Invariants (current epoch only; a chunk of an older epoch is empty by definition):
@@ -155,13 +161,15 @@ struct arena_chunk {
   }
 
   /// Pops dead blocks (and gap records) off the top, so their space can be bumped into again;
-  /// returns the bytes they covered.
-  std::size_t pop_dead() noexcept {
-    std::size_t bytes = 0;
-    for (; !blocks.empty() && !blocks.back().live(); blocks.pop_back())
-      bytes += static_cast<std::size_t>(blocks.back().end() - blocks.back().start);
+  /// returns what it popped.
+  dead_run pop_dead() noexcept {
+    dead_run popped;
+    for (; !blocks.empty() && !blocks.back().live(); blocks.pop_back()) {
+      popped.bytes += static_cast<std::size_t>(blocks.back().end() - blocks.back().start);
+      ++popped.records;
+    }
     top = blocks.empty() ? base : blocks.back().end();
-    return bytes;
+    return popped;
   }
 };
 
