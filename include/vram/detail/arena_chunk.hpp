@@ -55,7 +55,6 @@ class block_stack {
   [[nodiscard]] bool empty() const noexcept { return end_ == data(); }
   [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(end_ - data()); }
   [[nodiscard]] std::size_t capacity() const noexcept { return static_cast<std::size_t>(cap_ - data()); }
-  [[nodiscard]] bool full() const noexcept { return end_ == cap_; }
   /// The last block, or the sentinel (dead) when empty.
   [[nodiscard]] arena_block& back() noexcept { return end_[-1]; }
   [[nodiscard]] const arena_block& back() const noexcept { return end_[-1]; }
@@ -69,13 +68,8 @@ class block_stack {
   [[nodiscard]] arena_block* cap_ptr() const noexcept { return cap_; }
   /// Pre: data() <= e <= cap_ptr().
   void set_end(arena_block* e) noexcept { end_ = e; }
-  /// Pre: !full().
+  /// Pre: end_ptr() != cap_ptr() (room for one).
   void push_unchecked(const arena_block& b) noexcept { *end_++ = b; }
-  /// May throw bad_alloc (growing), with nothing changed.
-  void push_back(const arena_block& b) {
-    if (full()) grow(1);
-    push_unchecked(b);
-  }
   void pop_back() noexcept { --end_; }
   void clear() noexcept { end_ = data(); }
   /// Room for `n` more pushes. May throw bad_alloc, with nothing changed.
