@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -234,18 +235,17 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
 
   /// True when `p` is the start of a live block of the current step.
   [[nodiscard]] bool owns(const void* p) const noexcept {
-    park();
     for (const auto& c : chunks_) {
       if (!c.contains(p) || c.epoch != epoch_) continue;
-      std::size_t i = c.find(p);
-      return i < c.blocks.size() && c.blocks[i].live();
+      const std::size_t n = block_count(c);
+      std::size_t i = c.find(p, n);
+      return i < n && c.blocks[i].live();
     }
     return false;
   }
 
   /// live/requested/reserved bytes and their peaks, counts, free space. O(chunks).
   [[nodiscard]] vram::stats stats() const noexcept {
-    park();
     vram::stats s = stats_;
     s.live_bytes = live_bytes();
     if (rising_) {
@@ -258,7 +258,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     // Bumpable space: the rest of the current chunk and every chunk after it.
     for (std::size_t i = current_; i < chunks_.size(); ++i) {
       const auto& c = chunks_[i];
-      std::size_t room = c.epoch == epoch_ ? c.room() : c.bytes();
+      std::size_t room = c.epoch != epoch_ ? c.bytes() : &c == hot_ ? static_cast<std::size_t>(limit_ - top_) : c.room();
       if (room == 0) continue;
       ++s.free_blocks;
       s.largest_free_block = std::max(s.largest_free_block, room);
@@ -270,7 +270,6 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// Full checks under VRAM_DEBUG, nothing otherwise.
   void check_invariants() const {
 #if VRAM_DEBUG
-    park();
     std::size_t live = 0, requested = 0, count = 0, reserved = 0, dead = 0, dead_records = 0, below = 0, below_records = 0;
     for (std::size_t i = 0; i < chunks_.size(); ++i) {
       const auto& c = chunks_[i];
@@ -280,28 +279,34 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
         continue;
       }
       if (i > current_ && !c.blocks.empty()) fail("a chunk above the current one holds blocks");
-      const std::size_t high = rising_ && &c == hot_ ? std::max(c.high, c.used()) : c.high;
-      if (c.top < c.base || c.used() > high || high > c.bytes()) fail("base <= top, top - base <= high <= bytes does not hold");
+      // The current chunk's top and block count are the hot copy's.
+      const char* top = &c == hot_ ? top_ : c.top;
+      const detail::arena_block* first = c.blocks.begin();
+      const detail::arena_block* last = first + block_count(c);
+      if (top < c.base || last > first + c.blocks.capacity()) fail("the top or the record end is outside the chunk");
+      const auto used = static_cast<std::size_t>(top - c.base);
+      const std::size_t high = rising_ && &c == hot_ ? std::max(c.high, used) : c.high;
+      if (used > high || high > c.bytes()) fail("top - base <= high <= bytes does not hold");
       if (i > step_last_ && high != 0) fail("a chunk above the step's last one was used");
       const char* prev_end = c.base;
-      for (const auto& b : c.blocks) {
+      for (const auto& b : std::span(first, last)) {
         if (b.start != prev_end || b.requested() == 0 || b.end() > c.limit) fail("blocks are not contiguous or leave the chunk");
         if (b.gap() && (b.live() || b.requested() % default_alignment != 0)) fail("a live or unaligned gap record");
         prev_end = b.end();
         if (b.live()) live += static_cast<std::size_t>(b.end() - b.start), requested += b.requested(), ++count;
         else dead += static_cast<std::size_t>(b.end() - b.start), ++dead_records;
       }
-      if (i < current_) below += c.used(), below_records += c.blocks.size();
-      if (c.top != prev_end) fail("top != end of the last block");
-      if (!c.blocks.back().live() && !c.blocks.empty()) fail("a dead block on top of a chunk");
-      if (c.blocks.begin()[-1].start != nullptr || c.blocks.begin()[-1].live()) fail("the sentinel below the blocks is not dead");
+      if (i < current_) below += used, below_records += static_cast<std::size_t>(last - first);
+      if (top != prev_end) fail("top != end of the last block");
+      if (last != first && !last[-1].live()) fail("a dead block on top of a chunk");
+      if (first[-1].start != nullptr || first[-1].live()) fail("the sentinel below the blocks is not dead");
     }
     if (live != live_bytes() || requested != stats_.requested_bytes || count != live_count())
       fail("live totals disagree with the blocks");
     if (reserved != stats_.reserved_bytes) fail("reserved_bytes != sum of chunk sizes");
     if (!chunks_.empty() && current_ >= chunks_.size()) fail("current chunk out of range");
     if (hot_ != (chunks_.empty() ? &no_chunk_ : chunks_.data() + current_)) fail("hot_ != &chunks_[current_]");
-    if (limit_ != hot_->limit || rec_cap_ != hot_->blocks.begin() + hot_->blocks.capacity() || top_ < hot_->base)
+    if (limit_ != hot_->limit || rec_cap_ != hot_->blocks.begin() + hot_->blocks.capacity())
       fail("the hot copy disagrees with the current chunk");
     if (no_chunk_.bytes() != 0 || no_chunk_.room() != 0 || !no_chunk_.blocks.empty() || no_chunk_.blocks.capacity() != 0)
       fail("no_chunk_ is not empty");
@@ -564,13 +569,16 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   }
 
   /// Writes the hot copy back into the current chunk, so that the rest of the code reads one
-  /// place: before anything but the hot paths reads or changes a chunk. Writes only what the
-  /// hot copy already says (logically const; no_chunk_, possibly part of a const arena, is
-  /// never written: its hot copy never changes).
-  void park() const noexcept {
-    if (hot_ == &no_chunk_) return;
+  /// place: before anything but the hot paths and the const members (which read the hot copy
+  /// for the current chunk: block_count(), top_) reads or changes a chunk.
+  void park() noexcept {
     hot_->top = top_;
     hot_->blocks.set_end(rec_);
+  }
+
+  /// The blocks of `c`, parked or not.
+  [[nodiscard]] std::size_t block_count(const detail::arena_chunk& c) const noexcept {
+    return &c == hot_ ? static_cast<std::size_t>(rec_ - c.blocks.begin()) : c.blocks.size();
   }
 
   /// Re-points hot_ at the current chunk, reloads the hot copy from it and recomputes below_;
@@ -609,7 +617,8 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   detail::arena_chunk* hot_ = &no_chunk_;
   // The current chunk's bump state, kept in the arena itself so the hot paths read it with no
   // load of hot_ first. It is the truth for the current chunk: hot_->top and hot_->blocks'
-  // end are stale until park() writes these back, and sync_hot() reloads them.
+  // end are stale until park() writes these back, and sync_hot() reloads them (const members
+  // read these instead, so they write nothing).
   //   top_ == hot_->top (parked), limit_ == hot_->limit, [begin, rec_) == hot_->blocks (parked),
   //   rec_cap_ == the end of its capacity
   char* top_ = nullptr;

@@ -142,16 +142,18 @@ struct arena_chunk {
     blocks.clear();
   }
 
-  /// The index of the block (or gap record) starting at `p`, or blocks.size(). O(log n).
-  [[nodiscard]] std::size_t find(const void* p) const noexcept {
+  /// The index of the block (or gap record) starting at `p` among the first `n` blocks (all of
+  /// them by default), or n. O(log n).
+  [[nodiscard]] std::size_t find(const void* p) const noexcept { return find(p, blocks.size()); }
+  [[nodiscard]] std::size_t find(const void* p, std::size_t n) const noexcept {
     const auto key = reinterpret_cast<std::uintptr_t>(p);
-    std::size_t lo = 0, hi = blocks.size();
+    std::size_t lo = 0, hi = n;
     while (lo < hi) {
       std::size_t mid = lo + (hi - lo) / 2;
       if (reinterpret_cast<std::uintptr_t>(blocks[mid].start) < key) lo = mid + 1;
       else hi = mid;
     }
-    return lo < blocks.size() && blocks[lo].start == p ? lo : blocks.size();
+    return lo < n && blocks[lo].start == p ? lo : n;
   }
 
   /// Pops dead blocks (and gap records) off the top, so their space can be bumped into again;
