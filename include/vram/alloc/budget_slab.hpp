@@ -239,8 +239,7 @@ class budget_slab {
   [[gnu::noinline]] void deallocate_slow(void* p, std::size_t bytes, std::size_t align) noexcept {
     if (in_budget(p)) {
       std::lock_guard lock(lock_);
-      if (pages_[locate(p).first].type != page::kind::slab || !free_class_block(p, bytes, align))
-        free_device(p, bytes, align);
+      free_device(p, bytes, align);
       return;
     }
     if (p != nullptr) free_spilled(p, bytes);
@@ -611,30 +610,6 @@ class budget_slab {
     --free_class_blocks_;
     note_device_alloc(ds::class_bytes(cls), bytes);
     return base_ + i * ds::page_bytes + (k << ds::class_shift(cls));
-  }
-
-  /// deallocate_slow()'s common case: a block of a slab that stays partly used (neither its first
-  /// free block nor its last live one), freed with a size of its class. Returns false, with
-  /// nothing changed, for everything else (free_device handles it). Pre: lock held, in_budget(p).
-  bool free_class_block(void* p, std::size_t bytes, std::size_t align) noexcept {
-    namespace ds = detail::slab;
-    auto [i, off] = locate(p);
-    page& pg = pages_[i];
-    if (pg.type != page::kind::slab) return false;
-    const std::size_t cls = pg.cls, shift = ds::class_shift(cls), k = off >> shift;
-    const std::size_t need = std::max(bytes, align);
-    if ((off & ((std::size_t{1} << shift) - 1)) != 0 || !bit(pg, k) || need > ds::max_class || ds::class_of(need) != cls ||
-        pg.used == ds::class_blocks(cls) || pg.used == 1) [[unlikely]]
-      return false;
-    auto& state = blocks_[i]->state[k];
-    if (state.load(std::memory_order_relaxed) != ds::block_state::live) [[unlikely]]
-      return false;
-    state.store(ds::block_state::free, std::memory_order_relaxed);
-    pg.bits[k / 64] &= ~(std::uint64_t{1} << (k % 64));
-    --pg.used;
-    ++free_class_blocks_;
-    note_device_free(std::size_t{1} << shift, bytes);
-    return true;
   }
 
   /// Returns block k of slab i to its bitmap (and an emptied slab to the pages, unless it is

@@ -614,7 +614,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   void flush_lanes() noexcept {
     for_each_lane([&](lane& l) {
       if (l.cached_bytes == 0) return;
-      auto& info = stream_for(l.key);
+      auto& info = info_of(l.key);
       if (l.key != 0) info.stream = l.stream;
       for (auto& bin : l.bins) {
         for (block* b : bin) {
@@ -682,7 +682,6 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   // ---- the heap (everything below: heap_mutex_ held) ----------------------------------
 
-  stream_info& stream_for(std::uintptr_t key) { return info_of(key); }
   /// streams_[key], remembering the last key looked up (unordered_map nodes are stable).
   stream_info& info_of(std::uintptr_t key) {
     if (key == 0) return *info0_;
