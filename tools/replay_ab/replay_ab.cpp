@@ -1,0 +1,88 @@
+// scripts/replay-ab's driver: replays each trace through the baseline's stream_pool and this
+// checkout's, alternately (the order swapped every round), `rounds` times, and prints per trace
+// the median over rounds of each side's per-operation p50 and mean (net of the timer), and in
+// how many rounds this checkout's p50 was lower / equal (this VM's counter moves in steps of
+// about 10 ns, so p50s tie often; the means resolve a few percent). Usage: replay-ab ROUNDS TRACE...
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <unordered_map>
+#include <vector>
+
+#include <vram/trace/read_trace.hpp>
+
+#include "replay_op.hpp"
+
+void replay_base(const std::vector<ab::op>&, const ab::shape&, std::vector<std::uint32_t>&);
+void replay_head(const std::vector<ab::op>&, const ab::shape&, std::vector<std::uint32_t>&);
+
+namespace {
+
+double quantile(std::vector<std::uint32_t> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s ROUNDS TRACE...\n", argv[0]);
+    return 2;
+  }
+  int rounds = std::max(1, std::atoi(argv[1]));
+  // Ticks per nanosecond, and the timer's own cost (an empty region timed like an operation).
+  auto clock0 = std::chrono::steady_clock::now();
+  std::uint64_t tick0 = ab::ticks_now();
+  while (std::chrono::steady_clock::now() - clock0 < std::chrono::milliseconds(200)) {
+  }
+  double per_ns = static_cast<double>(ab::ticks_now() - tick0) / 2e8;
+  std::vector<std::uint32_t> empty(100000);
+  for (auto& e : empty) {
+    std::uint64_t start = ab::ticks_now();
+    e = static_cast<std::uint32_t>(ab::ticks_now() - start);
+  }
+  double timer = quantile(empty, 0.5);
+  std::printf("time-stamp counter: %.3f ticks/ns; timer %.1f ns (subtracted); %d rounds, order swapped each round\n",
+              per_ns, timer / per_ns, rounds);
+  std::printf("%-46s %9s %9s %11s %10s %10s\n", "trace", "base p50", "head p50", "head < / =", "base mean", "head mean");
+  for (int a = 2; a < argc; ++a) {
+    vram::trace::trace t = vram::trace::read_trace(argv[a]);
+    std::vector<ab::op> ops;
+    ops.reserve(t.events.size());
+    std::unordered_map<std::uint64_t, std::uint32_t> slot_of;
+    ab::shape shape{0, static_cast<std::uint32_t>(std::max<std::size_t>(1, t.streams))};
+    for (const auto& e : t.events) {
+      bool alloc = e.kind == vram::trace::event::op::alloc;
+      std::uint32_t slot = alloc ? (slot_of[e.id] = shape.slots++) : slot_of.at(e.id);
+      ops.push_back({slot, static_cast<std::uint32_t>(e.stream), e.bytes, alloc});
+    }
+    std::vector<double> p50[2], mean[2];
+    std::vector<std::uint32_t> ticks;
+    replay_base(ops, shape, ticks);  // warm-up, not counted: the first replay pays page faults and cold caches
+    replay_head(ops, shape, ticks);
+    int head_lower = 0, tied = 0;
+    for (int r = 0; r < rounds; ++r) {
+      for (int turn = 0; turn < 2; ++turn) {
+        int side = (turn + r) % 2;  // 0: base, 1: head
+        (side == 0 ? replay_base : replay_head)(ops, shape, ticks);
+        double sum = 0;
+        for (std::uint32_t x : ticks) sum += x;
+        p50[side].push_back((quantile(ticks, 0.5) - timer) / per_ns);
+        mean[side].push_back((sum / static_cast<double>(ticks.size()) - timer) / per_ns);
+      }
+      head_lower += p50[1].back() < p50[0].back();
+      tied += p50[1].back() == p50[0].back();
+    }
+    const char* name = argv[a];
+    for (const char* c = argv[a]; *c != '\0'; ++c)
+      if (*c == '/') name = c + 1;
+    std::printf("%-46s %9.1f %9.1f %5d / %-3d %10.1f %10.1f\n", name, median(p50[0]), median(p50[1]), head_lower, tied,
+                median(mean[0]), median(mean[1]));
+  }
+}
