@@ -138,7 +138,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     if (options_.initial_size != 0) {
       std::lock_guard lock(heap_mutex_);
       try {
-        grow_by(align_up(options_.initial_size, granularity_), 0);
+        grow_by(align_up(options_.initial_size, granularity_), *info0_);
       } catch (...) {  // the destructor will not run: free the node grow_by recycled
         while (spare_ != nullptr) delete std::exchange(spare_, spare_->next);
         throw;
@@ -299,7 +299,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     if (st.peak_live_bytes < st.live_bytes || st.peak_reserved_bytes < st.reserved_bytes) fail("peak below current");
 #if VRAM_DEBUG
     std::size_t reserved = 0, free_bytes = 0, free_count = 0, live_bytes = 0, live_count = 0, lane_blocks = 0;
-    std::map<std::uintptr_t, std::size_t> free_per_stream;
+    std::map<const stream_info*, std::size_t> free_per_stream;
     std::map<std::uintptr_t, const block*> heap_booked;  // heap-live blocks booked to a lane
     std::size_t heap_unbooked = 0, heap_unbooked_requested = 0;
     for (auto& [addr, c] : chunks_) {
@@ -317,7 +317,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
             ++free_count;
             free_bytes += b->size;
             ++free_per_stream[b->stream];
-            if (!streams_.at(b->stream).index.contains(b)) fail("free block not indexed");
+            if (!b->stream->index.contains(b)) fail("free block not indexed");
             if (b->next && b->next->state == block_state::free && b->next->stream == b->stream)
               fail("adjacent free blocks with one key not coalesced");
             break;
@@ -378,7 +378,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       fail("heap ledger disagrees with its blocks");
     if (lane_live + lane_cached != lane_blocks) fail("lanes disagree with the blocks");
     for (auto& [key, info] : streams_)
-      if (info.index.size() != free_per_stream[key]) fail("per-stream free counts");
+      if (info.index.size() != free_per_stream[&info]) fail("per-stream free counts");
 #endif
   }
 
@@ -395,6 +395,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   struct chunk;
   struct block;
   struct lane;
+  struct stream_info;
 
   /// A block of a chunk, host-side. Within a chunk, blocks are linked in address order and
   /// tile it: first->addr == chunk.addr, b->addr + b->size == b->next->addr.
@@ -405,7 +406,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     block* prev = nullptr;
     block* next = nullptr;      // also links spare nodes
     chunk* owner = nullptr;
-    std::uintptr_t stream = 0;  // free/cached: key of the stream it is reusable on (0: any)
+    stream_info* stream = nullptr;  // free: the stream it is reusable on (info0_: any); its index lists it
     std::uint64_t epoch = 0;    // free: the stream's free counter when it was freed
     block_state state = block_state::free;
     bool cached = false;        // lane-owned: in a bin (written and read under the lane's lock only)
@@ -562,7 +563,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       try {
         l.live.insert(b->addr, b);
       } catch (...) {
-        heap_free(b, b->stream);  // back under its own key: it may have been stolen
+        heap_free(b, *b->stream);  // back under its own key: it may have been stolen
         throw;
       }
       b->state = block_state::lane;
@@ -584,7 +585,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       try {
         heap_live_.insert(b->addr, b);
       } catch (...) {
-        heap_free(b, b->stream);  // back under its own key: it may have been stolen
+        heap_free(b, *b->stream);  // back under its own key: it may have been stolen
         throw;
       }
       b->state = block_state::live;
@@ -620,7 +621,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
         for (block* b : bin) {
           l.live.erase(b->addr);
           b->cached = false;
-          heap_free(b, l.key);
+          heap_free(b, info);
         }
         bin.count = 0;
       }
@@ -707,12 +708,12 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   void index_insert(block* b) {
     b->state = block_state::free;
-    info_of(b->stream).index.insert(b);
+    b->stream->index.insert(b);
     free_bytes_ += b->size;
     ++free_count_;
   }
   void index_erase(block* b) noexcept {
-    info_of(b->stream).index.erase(b);
+    b->stream->index.erase(b);
     free_bytes_ -= b->size;
     --free_count_;
   }
@@ -723,8 +724,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   /// merges with the fresh or merged memory around it instead of leaving a seam at every key
   /// change. A key-0 block never absorbs a stream's block: fresh memory must stay usable by
   /// the stream that grew the pool.
-  static bool joins(const block* n, std::uintptr_t key, bool widen) noexcept {
-    return n != nullptr && n->state == block_state::free && (n->stream == key || (widen && key != 0 && n->stream == 0));
+  bool joins(const block* n, const stream_info* stream, bool widen) const noexcept {
+    return n != nullptr && n->state == block_state::free &&
+           (n->stream == stream || (widen && stream != info0_ && n->stream == info0_));
   }
   /// b (not indexed) absorbs its joinable free neighbours; returns the survivor. A key-0
   /// neighbour taken over by a stream's block may bring that stream's blocks next to it
@@ -748,7 +750,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   void absorb(block* a, block* n) noexcept {
     if (a->stream == n->stream) {
       a->epoch = std::max(a->epoch, n->epoch);
-    } else if (a->stream == 0) {
+    } else if (a->stream == info0_) {
       a->stream = n->stream;
       a->epoch = n->epoch;
     }
@@ -759,10 +761,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     delete_block(n);
   }
 
-  /// Returns b to the free index keyed to `key`, coalescing.
-  void heap_free(block* b, std::uintptr_t key) noexcept {
-    auto& info = info_of(key);
-    b->stream = key;
+  /// Returns b to the free index of `info`'s stream, coalescing.
+  void heap_free(block* b, stream_info& info) noexcept {
+    b->stream = &info;
     b->epoch = ++info.epoch;
     b->state = block_state::free;
     index_insert(coalesce(b));
@@ -772,19 +773,19 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   /// the top of the highest chunk (the "wilderness", which in-place growth extends) is taken
   /// only when no other block fits: carving small blocks out of it would pin the top and
   /// make the next large request grow instead of extending it.
-  block* fit(std::uintptr_t key, std::size_t need) {
-    const auto& index = info_of(key).index;
+  block* fit(const stream_info& stream, std::size_t need) {
+    const auto& index = stream.index;
     block* b = index.best_fit(need);
     if (b != nullptr && is_wilderness(b))
       if (block* next = index.next(b)) return next;
     return b;
   }
 
-  /// The smallest adequate block usable on `key` without waiting (its own or global).
-  block* find_fit(std::uintptr_t key, std::size_t need) {
-    block* any = fit(0, need);
-    if (key == 0) return any;
-    block* own = fit(key, need);
+  /// The smallest adequate block usable on `stream` without waiting (its own or global).
+  block* find_fit(const stream_info& stream, std::size_t need) {
+    block* any = fit(*info0_, need);
+    if (&stream == info0_) return any;
+    block* own = fit(stream, need);
     if (own == nullptr || any == nullptr) return own != nullptr ? own : any;
     // As if one index held both: the smaller block wins, then the lower address; the
     // wilderness loses to any other block.
@@ -802,11 +803,11 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     block* best = nullptr;
     for (auto& [k, info] : streams_) {
       if (k == key || k == 0 || info.index.empty()) continue;
-      block* b = fit(k, need);
+      block* b = fit(info, need);
       if (b != nullptr && (best == nullptr || b->size < best->size)) best = b;
     }
     if (best == nullptr) return nullptr;
-    auto& info = info_of(best->stream);
+    auto& info = *best->stream;
     if (!info.pending || best->epoch > info.pending_epoch) {
       info.pending = info.stream.record();
       info.pending_epoch = info.epoch;
@@ -843,7 +844,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
         info.pending.reset();
         for (block* b : ready) {  // only key-0 neighbours join: blocks still keyed k wait their turn
           index_erase(b);
-          b->stream = 0;
+          b->stream = info0_;
           index_insert(coalesce(b, false));
         }
       }
@@ -856,14 +857,15 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   block* heap_take(stream_ref s, std::size_t size, std::size_t align, std::size_t requested,
                    std::optional<detail::pool_marker>& wait_on) {
     std::uintptr_t key = s.key();
+    const stream_info& own = info_of(key);
     std::size_t need = size + (align > quantum ? align - quantum : 0);
-    block* b = find_fit(key, need);
+    block* b = find_fit(own, need);
     if (b == nullptr) b = steal(key, need, wait_on);
     if (b == nullptr || is_wilderness(b)) {  // before growing or taking the top, coalesce what can be
       flush_lanes();
       if (others_hold_free(key)) merge_idle_streams();
       wait_on.reset();
-      b = find_fit(key, need);
+      b = find_fit(own, need);
       if (b == nullptr) b = steal(key, need, wait_on);
     }
     if (b == nullptr) b = grow(s, need, requested);
@@ -904,14 +906,14 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   /// Grows so that a block of `need` bytes usable on s exists, and returns it.
   block* grow(stream_ref s, std::size_t need, std::size_t requested) {
-    std::uintptr_t key = s.key();
+    stream_info& own = info_of(s.key());
     // In-place growth: with a contiguous upstream a free block at the top of the highest
     // chunk, usable on s, only needs topping up (if the upstream places the new range there).
     std::size_t credit = 0;
-    std::uintptr_t top_key = 0;
+    stream_info* top_key = info0_;
     if (contiguous_ && !chunks_.empty()) {
       block* top = top_->last;
-      if (top->state == block_state::free && (top->stream == 0 || top->stream == key) && top->size < need) {
+      if (top->state == block_state::free && (top->stream == info0_ || top->stream == &own) && top->size < need) {
         credit = top->size;
         top_key = top->stream;
       }
@@ -924,8 +926,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
         std::size_t room = options_.maximum_size > reserved_ ? options_.maximum_size - reserved_ : 0;
         bytes = std::min(bytes, room);
       }
-      if (bytes >= missing && try_grow(bytes, credit != 0 ? top_key : 0)) {
-        if (block* b = find_fit(key, need)) return b;
+      if (bytes >= missing && try_grow(bytes, credit != 0 ? *top_key : *info0_)) {
+        if (block* b = find_fit(own, need)) return b;
         credit = 0;  // the new range landed elsewhere: grow by the whole need
         continue;
       }
@@ -939,18 +941,18 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   }
 
   /// Takes `bytes` from the upstream; false (nothing changed) when it has none.
-  bool try_grow(std::size_t bytes, std::uintptr_t key) {
+  bool try_grow(std::size_t bytes, stream_info& stream) {
     try {
-      grow_by(bytes, key);
+      grow_by(bytes, stream);
       return true;
     } catch (const std::bad_alloc&) {  // out_of_memory included; other upstream errors propagate
       return false;
     }
   }
 
-  /// Adds [p, p+bytes) from the upstream as one free block keyed `key`; merges it into
+  /// Adds [p, p+bytes) from the upstream as one free block keyed to `stream`; merges it into
   /// adjacent chunks when the upstream is contiguous. Throws what the upstream throws.
-  void grow_by(std::size_t bytes, std::uintptr_t key) {
+  void grow_by(std::size_t bytes, stream_info& stream) {
     block* nb = new_block();
     void* p;
     try {
@@ -962,8 +964,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     auto addr = reinterpret_cast<std::uintptr_t>(p);
     nb->addr = addr;
     nb->size = bytes;
-    nb->stream = key;
-    nb->epoch = key != 0 ? info_of(key).epoch : 0;
+    nb->stream = &stream;
+    nb->epoch = &stream != info0_ ? stream.epoch : 0;
     chunk* c = nullptr;
     if (contiguous_) {
       auto after = chunks_.lower_bound(addr);
@@ -1046,6 +1048,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       tail = new_block();
       tail->addr = hi;
       tail->size = b_end - hi;
+      tail->stream = b->stream;
       tail->epoch = b->epoch;
     }
     if (lo > b->addr) {
@@ -1130,8 +1133,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       report_misuse({kind, name(), p, bytes, expected});
       return;
     }
-    if (s.key() != 0) info_of(s.key()).stream.refresh(s);  // before keying a block to s
-    heap_free(b, s.key());
+    stream_info& info = info_of(s.key());
+    if (&info != info0_) info.stream.refresh(s);  // before keying a block to s
+    heap_free(b, info);
     lock.unlock();
     observer_.on_deallocate(p, bytes, s);
   }
