@@ -693,13 +693,16 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     return *last_info_;
   }
 
-  block* new_block() {
+  /// A node holding `init`: a recycled one when there is one. (Taking `init` rather than
+  /// resetting the node and then setting fields lets the compiler write each field once,
+  /// instead of a `rep stos` over the whole node followed by the stores.)
+  block* new_block(const block& init = {}) {
     if (spare_ != nullptr) {
       block* b = std::exchange(spare_, spare_->next);
-      *b = block{};
+      *b = init;
       return b;
     }
-    return new block{};
+    return new block(init);
   }
   void delete_block(block* b) noexcept {
     b->next = spare_;
@@ -728,22 +731,25 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     return n != nullptr && n->state == block_state::free &&
            (n->stream == stream || (widen && stream != info0_ && n->stream == info0_));
   }
-  /// b (not indexed) absorbs its joinable free neighbours; returns the survivor. A key-0
-  /// neighbour taken over by a stream's block may bring that stream's blocks next to it
-  /// (0 | S | 0 | S runs form when key-0 blocks are freed beside a stream's), hence the loop.
+  /// b (not indexed) absorbs its joinable free neighbours; returns the survivor. The union
+  /// keeps b's key (a stream's block takes key-0 neighbours over; a key-0 block joins only
+  /// key-0 ones), so each side is walked once: a key-0 neighbour taken over may bring that
+  /// stream's blocks next to it (0 | S | 0 | S runs form when key-0 blocks are freed beside a
+  /// stream's), hence the walks rather than one step per side.
   block* coalesce(block* b, bool widen = true) noexcept {
-    for (;;) {
-      if (block* p = b->prev; joins(p, b->stream, widen)) {
-        index_erase(p);
-        absorb(p, b);
-        b = p;
-      } else if (block* n = b->next; joins(n, b->stream, widen)) {
-        index_erase(n);
-        absorb(b, n);
-      } else {
-        return b;
-      }
+    const stream_info* key = b->stream;
+    while (joins(b->prev, key, widen)) {
+      block* p = b->prev;
+      index_erase(p);
+      absorb(p, b);
+      b = p;
     }
+    while (joins(b->next, key, widen)) {
+      block* n = b->next;
+      index_erase(n);
+      absorb(b, n);
+    }
+    return b;
   }
   /// a (not indexed) takes over its successor n; the union keeps the stream key of either (0
   /// only if both are 0) and the epoch of the parts with that key.
@@ -889,14 +895,13 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   /// Cuts b after `front` bytes; returns the new successor block (same key and epoch).
   block* split(block* b, std::size_t front) {
-    block* n = new_block();
-    n->addr = b->addr + front;
-    n->size = b->size - front;
-    n->stream = b->stream;
-    n->epoch = b->epoch;
-    n->owner = b->owner;
-    n->prev = b;
-    n->next = b->next;
+    block* n = new_block({.addr = b->addr + front,
+                          .size = b->size - front,
+                          .prev = b,
+                          .next = b->next,
+                          .owner = b->owner,
+                          .stream = b->stream,
+                          .epoch = b->epoch});
     if (b->next) b->next->prev = n;
     b->next = n;
     b->size = front;

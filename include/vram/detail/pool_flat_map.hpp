@@ -86,7 +86,7 @@ class pool_flat_map {
     while (slots_[i].key != 0) i = (i + 1) & mask();
     slots_[i] = slot{key, value};
   }
-  void grow() {
+  [[gnu::noinline]] void grow() {  // out of line: keeps insert() small enough to inline
     std::vector<slot> old(slots_.size() * 2);
     old.swap(slots_);
     --shift_;

@@ -10,17 +10,24 @@ namespace vram::detail {
 
 class pool_spin_lock {
  public:
+  /// One exchange when free (inlined); the wait is out of line so that callers stay small.
   void lock() noexcept {
-    for (;;) {
-      if (!locked_.exchange(true, std::memory_order_acquire)) return;
-      for (int spins = 0; locked_.load(std::memory_order_relaxed); ++spins)
-        if (spins >= 64) std::this_thread::yield();
-    }
+    if (!locked_.exchange(true, std::memory_order_acquire)) [[likely]]
+      return;
+    lock_contended();
   }
   bool try_lock() noexcept { return !locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire); }
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
 
  private:
+  [[gnu::noinline]] void lock_contended() noexcept {
+    for (;;) {
+      for (int spins = 0; locked_.load(std::memory_order_relaxed); ++spins)
+        if (spins >= 64) std::this_thread::yield();
+      if (!locked_.exchange(true, std::memory_order_acquire)) return;
+    }
+  }
+
   std::atomic<bool> locked_{false};
 };
 
