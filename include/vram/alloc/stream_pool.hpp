@@ -733,9 +733,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   }
   /// b (not indexed) absorbs its joinable free neighbours; returns the survivor. The union
   /// keeps b's key (a stream's block takes key-0 neighbours over; a key-0 block joins only
-  /// key-0 ones), so each side is walked once: a key-0 neighbour taken over may bring that
-  /// stream's blocks next to it (0 | S | 0 | S runs form when key-0 blocks are freed beside a
-  /// stream's), hence the walks rather than one step per side.
+  /// key-0 ones), so absorbing on one side never makes the other side joinable: one walk to
+  /// the left, then one to the right. A side may hold several joinable blocks in a row
+  /// (0 | S | 0 | S runs form when key-0 blocks are freed beside a stream's).
   block* coalesce(block* b, bool widen = true) noexcept {
     const stream_info* key = b->stream;
     while (joins(b->prev, key, widen)) {
@@ -915,12 +915,12 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     // In-place growth: with a contiguous upstream a free block at the top of the highest
     // chunk, usable on s, only needs topping up (if the upstream places the new range there).
     std::size_t credit = 0;
-    stream_info* top_key = info0_;
+    stream_info* top_stream = info0_;
     if (contiguous_ && !chunks_.empty()) {
       block* top = top_->last;
       if (top->state == block_state::free && (top->stream == info0_ || top->stream == &own) && top->size < need) {
         credit = top->size;
-        top_key = top->stream;
+        top_stream = top->stream;
       }
     }
     for (int attempt = 0; attempt < 3; ++attempt) {
@@ -931,7 +931,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
         std::size_t room = options_.maximum_size > reserved_ ? options_.maximum_size - reserved_ : 0;
         bytes = std::min(bytes, room);
       }
-      if (bytes >= missing && try_grow(bytes, credit != 0 ? *top_key : *info0_)) {
+      if (bytes >= missing && try_grow(bytes, credit != 0 ? *top_stream : *info0_)) {
         if (block* b = find_fit(own, need)) return b;
         credit = 0;  // the new range landed elsewhere: grow by the whole need
         continue;
