@@ -183,26 +183,20 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   /// Throws invalid_argument (bad alignment, absurd size), out_of_memory (the upstream or the
   /// maximum size is exhausted even after merging streams and releasing; nothing changed).
   void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
-    detail::check_request(name(), bytes, align);
-    if (bytes == 0) return nullptr;
-    if (bytes <= options_.small_max && align <= quantum) {
-      std::size_t size = align_up(bytes, quantum);
-      if (lane* l = lane_for(s)) {
-        block* b = nullptr;
-        {
-          std::lock_guard lock(l->mutex);
-          if ((b = l->bins[classes::index(size)].pop(size)) != nullptr) {
-            b->cached = false;  // stays in the lane's map: no map update on a bin hit
-            l->cached_bytes -= size;
-            lane_take(*l, b, bytes);
-          }
-        }
-        if (b == nullptr) b = take_for_lane(*l, s, size, bytes);
+    // The bin path, inline and free of calls so that it needs no saved registers: a valid
+    // small request on the calling thread's last lane, its lock free, its bin holding the
+    // size. Everything else (a contended lane, a bin miss, zero bytes, bad input) is out of line.
+    if (bytes - 1 < options_.small_max && align - 1 < quantum && (align & (align - 1)) == 0) [[likely]] {
+      if (lane* l = cached_lane(s.key()); l != nullptr && l->mutex.try_lock()) [[likely]] {
+        block* b = bin_take(*l, align_up(bytes, quantum), bytes);
+        l->mutex.unlock();
+        if (b == nullptr) [[unlikely]]
+          return take_for_lane(*l, s, bytes);
         observer_.on_allocate(reinterpret_cast<void*>(b->addr), bytes, s);
         return reinterpret_cast<void*>(b->addr);
       }
     }
-    return allocate_from_heap(s, bytes, align);
+    return allocate_other(s, bytes, align);
   }
 
   /// Like allocate(), but returns nullptr where allocate() throws out_of_memory (still counted
@@ -218,35 +212,23 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   /// Frees `p` (allocated with `bytes`) ordered on `s`: the block is reused on `s` at once
   /// and by other streams only after they wait for the work enqueued on `s` so far.
   void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
-    if (p == nullptr) return;
-    auto addr = reinterpret_cast<std::uintptr_t>(p);
-    if (bytes <= options_.small_max && align <= quantum) {
-      if (lane* l = find_lane(s.key())) {
-        std::unique_lock lock(l->mutex);
-        if (block** found = l->live.find(addr)) {
-          block* b = *found;
-          if (b->cached || b->requested != bytes) [[unlikely]] {
-            misuse_report r{b->cached ? misuse::double_free : misuse::wrong_size, name(), p, bytes,
-                            b->cached ? 0 : b->requested};
-            lock.unlock();
-            report_misuse(r);
-            return;
-          }
-          auto& bin = l->bins[classes::index(b->size)];
-          if (bin.count < options_.bin_capacity && l->cached_bytes + b->size <= options_.lane_cache_bytes) {
-            if (l->stream.stale(s)) l->stream.refresh(s);
-            lane_give(*l, b);
-            b->cached = true;  // stays in the lane's map, marked cached
-            bin.push(b);
-            l->cached_bytes += b->size;
-            lock.unlock();
-            observer_.on_deallocate(p, bytes, s);
-            return;
-          }
+    // The bin path, inline and free of calls like allocate()'s: a well-formed free of a block
+    // of the calling thread's last lane, its lock free and its bin with room. Everything else
+    // (nullptr, misuse, a full bin, another stream's block, a contended lane) is out of line.
+    bool small = bytes <= options_.small_max && align <= quantum;
+    if (small && p != nullptr) [[likely]] {
+      if (lane* l = cached_lane(s.key()); l != nullptr && l->mutex.try_lock()) [[likely]] {
+        bool cached = false;
+        if (block** found = l->live.find(reinterpret_cast<std::uintptr_t>(p)))
+          cached = !(*found)->cached && (*found)->requested == bytes && !l->stream.stale(s) && bin_give(*l, *found);
+        l->mutex.unlock();
+        if (cached) [[likely]] {
+          observer_.on_deallocate(p, bytes, s);
+          return;
         }
       }
     }
-    deallocate_slow(s, addr, bytes);
+    deallocate_other(s, p, bytes, small);
   }
 
   void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) {
@@ -513,10 +495,16 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   }
   static_assert(max_lanes == 64);
 
+  /// The calling thread's last lane if it is `key`'s, else nullptr (no search).
+  lane* cached_lane(std::uintptr_t key) const noexcept {
+    const lane_cache& cache = last_lane_;
+    return cache.pool == id_ && cache.key == key ? cache.l : nullptr;
+  }
+
   lane* find_lane(std::uintptr_t key) const noexcept {
+    if (lane* l = cached_lane(key)) [[likely]]
+      return l;
     lane_cache& cache = last_lane_;
-    if (cache.pool == id_ && cache.key == key) [[likely]]
-      return cache.l;
     for (std::size_t i = 0, slot = lane_home(key); i < max_lanes; ++i, slot = (slot + 1) % max_lanes) {
       std::uintptr_t k = lane_keys_[slot].load(std::memory_order_acquire);
       if (k == key + 1) {
@@ -552,13 +540,33 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   // ---- allocate()'s slower paths, out of line so that its bin path stays short --------
 
-  /// A bin miss: carves exactly `size` bytes from the heap for lane l.
-  [[gnu::noinline]] block* take_for_lane(lane& l, stream_ref s, std::size_t size, std::size_t bytes) {
+  /// Everything allocate() does not do inline: bad input, zero bytes, a lane not in the
+  /// thread's cache or contended, the heap.
+  [[gnu::noinline]] void* allocate_other(stream_ref s, std::size_t bytes, std::size_t align) {
+    detail::check_request(name(), bytes, align);
+    if (bytes == 0) return nullptr;
+    if (bytes <= options_.small_max && align <= quantum) {
+      if (lane* l = lane_for(s)) {
+        block* b;
+        {
+          std::lock_guard lock(l->mutex);
+          b = bin_take(*l, align_up(bytes, quantum), bytes);
+        }
+        if (b == nullptr) return take_for_lane(*l, s, bytes);
+        observer_.on_allocate(reinterpret_cast<void*>(b->addr), bytes, s);
+        return reinterpret_cast<void*>(b->addr);
+      }
+    }
+    return allocate_from_heap(s, bytes, align);
+  }
+
+  /// A bin miss: carves an exact block for `bytes` (rounded to the quantum) from the heap for lane l.
+  [[gnu::noinline]] void* take_for_lane(lane& l, stream_ref s, std::size_t bytes) {
     std::optional<detail::pool_marker> wait_on;
     block* b;
     {
       std::lock_guard heap_lock(heap_mutex_);
-      b = heap_take(s, size, quantum, bytes, wait_on);
+      b = heap_take(s, align_up(bytes, quantum), quantum, bytes, wait_on);
       std::lock_guard lock(l.mutex);
       try {
         l.live.insert(b->addr, b);
@@ -571,7 +579,38 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       lane_take(l, b, bytes);
     }
     if (wait_on) wait_on->make_wait(s);
-    return b;
+    observer_.on_allocate(reinterpret_cast<void*>(b->addr), bytes, s);
+    return reinterpret_cast<void*>(b->addr);
+  }
+
+  /// Everything deallocate() does not do inline: nullptr, misuse, a full bin, a stale
+  /// stream record, a lane not in the thread's cache or contended, heap blocks.
+  /// `small`: within small_max, alignment at most the quantum (a candidate for the lanes).
+  [[gnu::noinline]] void deallocate_other(stream_ref s, void* p, std::size_t bytes, bool small) noexcept {
+    if (p == nullptr) return;
+    auto addr = reinterpret_cast<std::uintptr_t>(p);
+    if (small) {
+      if (lane* l = find_lane(s.key())) {
+        std::unique_lock lock(l->mutex);
+        if (block** found = l->live.find(addr)) {
+          block* b = *found;
+          if (b->cached || b->requested != bytes) [[unlikely]] {
+            misuse_report r{b->cached ? misuse::double_free : misuse::wrong_size, name(), p, bytes,
+                            b->cached ? 0 : b->requested};
+            lock.unlock();
+            report_misuse(r);
+            return;
+          }
+          if (l->stream.stale(s)) l->stream.refresh(s);
+          if (bin_give(*l, b)) {
+            lock.unlock();
+            observer_.on_deallocate(p, bytes, s);
+            return;
+          }
+        }
+      }
+    }
+    deallocate_slow(s, addr, bytes);
   }
 
   /// Above small_max or a large alignment: a block of the heap, booked to the stream's lane.
@@ -633,6 +672,30 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   // Counting is per ledger (a lane's under its lock, the heap's under the heap mutex): no
   // atomic read-modify-write on the bin path.
+  /// A bin hit: the cached block of exactly `size` bytes, booked live for `requested`; or
+  /// nullptr (nothing changed). Pre: l's lock held.
+  block* bin_take(lane& l, std::size_t size, std::size_t requested) noexcept {
+    block* b = l.bins[classes::index(size)].pop(size);
+    if (b != nullptr) {
+      b->cached = false;  // stays in the lane's map: no map update on a bin hit
+      l.cached_bytes -= size;
+      b->requested = requested;  // b->booked is l already: a lane's blocks are booked to it
+      l.books.book(b->size, requested);
+    }
+    return b;
+  }
+  /// Caches live block b (of lane l, freed well-formed on l's stream) in its bin; false
+  /// (nothing changed) when the bin or the lane's cache is full. Pre: l's lock held.
+  bool bin_give(lane& l, block* b) noexcept {
+    auto& bin = l.bins[classes::index(b->size)];
+    if (bin.count >= options_.bin_capacity || l.cached_bytes + b->size > options_.lane_cache_bytes) return false;
+    lane_give(l, b);
+    b->cached = true;  // stays in the lane's map, marked cached
+    bin.push(b);
+    l.cached_bytes += b->size;
+    return true;
+  }
+
   void lane_take(lane& l, block* b, std::size_t requested) noexcept {  // pre: l's lock held
     b->requested = requested;
     b->booked = &l;

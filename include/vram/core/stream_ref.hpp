@@ -45,9 +45,8 @@ class stream_ref {
   /// A value that identifies the stream, for use as a map key. 0 is the synchronous stream;
   /// the CUDA legacy default stream has the key of cudaStreamLegacy (1), as the two are one.
   [[nodiscard]] std::uintptr_t key() const noexcept {
-    if (kind_ == kind::synchronous) return 0;
-    if (kind_ == kind::cuda && handle_ == nullptr) return 1;
-    return reinterpret_cast<std::uintptr_t>(handle_);
+    // Only the synchronous stream and the legacy default stream have no handle.
+    return handle_ != nullptr ? reinterpret_cast<std::uintptr_t>(handle_) : static_cast<std::uintptr_t>(kind_ == kind::cuda);
   }
 
   friend constexpr bool operator==(stream_ref a, stream_ref b) noexcept {

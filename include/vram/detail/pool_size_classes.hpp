@@ -17,10 +17,12 @@ struct pool_size_classes {
   // Derived constants.
   static constexpr std::size_t linear_classes = linear_max / quantum;
   static constexpr int linear_log2 = std::countr_zero(linear_max);
+  static constexpr int divisions_log2 = std::countr_zero(divisions);
   static constexpr std::size_t doublings = static_cast<std::size_t>(std::countr_zero(max_small) - linear_log2);
   static constexpr std::size_t count = linear_classes + doublings * divisions;
 
   static_assert(std::has_single_bit(linear_max) && std::has_single_bit(max_small) && max_small > linear_max);
+  static_assert(std::has_single_bit(divisions));
   static_assert(linear_max / divisions >= quantum, "geometric steps must stay multiples of the quantum");
 
   /// The class serving `bytes`; pre: 0 < bytes <= max_small.
@@ -28,8 +30,7 @@ struct pool_size_classes {
     if (bytes <= linear_max) return (bytes - 1) / quantum;
     std::size_t b = bytes - 1;
     int d = std::bit_width(b) - 1;  // floor(log2(b)) >= linear_log2
-    std::size_t step = (std::size_t{1} << d) / divisions;
-    std::size_t sub = (b - (std::size_t{1} << d)) / step;
+    std::size_t sub = (b - (std::size_t{1} << d)) >> (d - divisions_log2);  // a shift: the step is 2^d / divisions
     return linear_classes + static_cast<std::size_t>(d - linear_log2) * divisions + sub;
   }
 
