@@ -195,6 +195,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
         observer_.on_allocate(reinterpret_cast<void*>(b->addr), bytes, s);
         return reinterpret_cast<void*>(b->addr);
       }
+    } else if (bytes > options_.small_max) {
+      return allocate_from_heap(s, bytes, align);
     }
     return allocate_other(s, bytes, align);
   }
@@ -215,7 +217,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     // The bin path, inline and free of calls like allocate()'s: a well-formed free of a block
     // of the calling thread's last lane, its lock free and its bin with room. Everything else
     // (nullptr, misuse, a full bin, another stream's block, a contended lane) is out of line.
-    bool small = bytes <= options_.small_max && align <= quantum;
+    if (bytes > options_.small_max) return deallocate_slow(s, p, bytes);  // a heap block (or misuse)
+    bool small = align <= quantum;
     if (small && p != nullptr) [[likely]] {
       if (lane* l = cached_lane(s.key()); l != nullptr && l->mutex.try_lock()) [[likely]] {
         bool cached = false;
@@ -610,11 +613,12 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
         }
       }
     }
-    deallocate_slow(s, addr, bytes);
+    deallocate_slow(s, p, bytes);
   }
 
   /// Above small_max or a large alignment: a block of the heap, booked to the stream's lane.
   [[gnu::noinline]] void* allocate_from_heap(stream_ref s, std::size_t bytes, std::size_t align) {
+    detail::check_request(name(), bytes, align);  // bytes != 0: callers send zero elsewhere
     lane* l = lane_for(s);  // books the block (counters only); before the heap mutex: it may take it
     std::optional<detail::pool_marker> wait_on;
     block* b;
@@ -1163,8 +1167,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   /// Frees through the heap: heap-live blocks, lane blocks freed on another stream, bins
   /// that are full; and detects misuse.
-  [[gnu::noinline]] void deallocate_slow(stream_ref s, std::uintptr_t addr, std::size_t bytes) noexcept {
-    void* p = reinterpret_cast<void*>(addr);
+  [[gnu::noinline]] void deallocate_slow(stream_ref s, void* p, std::size_t bytes) noexcept {
+    if (p == nullptr) return;
+    auto addr = reinterpret_cast<std::uintptr_t>(p);
     std::unique_lock lock(heap_mutex_);
     block* b = nullptr;
     std::size_t expected = 0;  // the recorded size when it differs from `bytes`
