@@ -249,6 +249,45 @@ TEST_CASE("stream_pool: bad input is reported and changes nothing", "[stream_poo
   pool.check_invariants();
 }
 
+TEST_CASE("stream_pool: the inline bin paths hand every other case to the general ones", "[stream_pool]") {
+  vram::test::misuse_capture capture;
+  host_pool pool;
+  vram::host_stream stream;
+  void* p = pool.allocate(stream, 1000);  // the lane exists and is this thread's cached lane
+  pool.deallocate(stream, p, 1000);       // cached in its bin
+  auto before = pool.stats();
+
+  // nullptr with any size and alignment: nothing (the lane's map must not be probed for 0).
+  pool.deallocate(stream, nullptr, 1000);
+  pool.deallocate(stream, nullptr, 3 * MiB);
+  pool.deallocate(stream, nullptr, 1000, 4096);
+  CHECK(capture.count() == 0);
+  // A second free of the cached block on its own stream: reported, not cached twice.
+  pool.deallocate(stream, p, 1000);
+  CHECK(capture.count(vram::misuse::double_free) == 1);
+  // Zero bytes and bad alignments never reach a bin.
+  CHECK(pool.allocate(stream, 0) == nullptr);
+  CHECK_THROWS_AS(pool.allocate(stream, 1000, 0), vram::invalid_argument);
+  CHECK_THROWS_AS(pool.allocate(stream, 1000, 384), vram::invalid_argument);
+  CHECK_THROWS_AS(pool.allocate(stream, vram::max_request_bytes + 1), vram::invalid_argument);
+  auto after = pool.stats();
+  CHECK(after.live_bytes == before.live_bytes);
+  CHECK(after.reserved_bytes == before.reserved_bytes);
+  CHECK(after.total_allocations == before.total_allocations);
+  pool.check_invariants();
+
+  // A small request with a large alignment takes the heap and comes back through it.
+  void* q = pool.allocate(stream, 1000, 4096);
+  CHECK(vram::is_aligned(q, 4096));
+  CHECK(pool.allocate(stream, 1000) == p);  // the bin still serves its block
+  pool.deallocate(stream, q, 1000, 4096);
+  pool.deallocate(stream, p, 1000);
+  CHECK(capture.count() == 1);
+  CHECK(pool.stats().live_bytes == 0);
+  stream.synchronize();
+  pool.check_invariants();
+}
+
 namespace {
 
 /// Random operations on several streams against a reference model (a map of live blocks).
