@@ -185,7 +185,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
     // The bin path, inline and free of calls so that it needs no saved registers: a valid
     // small request on the calling thread's last lane, its lock free, its bin holding the
-    // size. Everything else (a contended lane, a bin miss, zero bytes, bad input) is out of line.
+    // size. A request above small_max goes to the heap in one call; everything else (a bin
+    // miss, a contended lane, zero bytes, bad input) is out of line too.
     if (bytes - 1 < options_.small_max && align - 1 < quantum && (align & (align - 1)) == 0) [[likely]] {
       if (lane* l = cached_lane(s.key()); l != nullptr && l->mutex.try_lock()) [[likely]] {
         block* b = bin_take(*l, align_up(bytes, quantum), bytes);
@@ -218,7 +219,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     // of the calling thread's last lane, its lock free and its bin with room. Everything else
     // (nullptr, misuse, a full bin, another stream's block, a contended lane) is out of line.
     if (bytes > options_.small_max) return deallocate_slow(s, p, bytes);  // a heap block (or misuse)
-    bool small = align <= quantum;
+    bool small = align <= quantum;  // with bytes <= small_max: may be a lane's block
     if (small && p != nullptr) [[likely]] {
       if (lane* l = cached_lane(s.key()); l != nullptr && l->mutex.try_lock()) [[likely]] {
         bool cached = false;

@@ -46,7 +46,8 @@ class stream_ref {
   /// the CUDA legacy default stream has the key of cudaStreamLegacy (1), as the two are one.
   [[nodiscard]] std::uintptr_t key() const noexcept {
     // Only the synchronous stream and the legacy default stream have no handle.
-    return handle_ != nullptr ? reinterpret_cast<std::uintptr_t>(handle_) : static_cast<std::uintptr_t>(kind_ == kind::cuda);
+    if (handle_ != nullptr) return reinterpret_cast<std::uintptr_t>(handle_);
+    return kind_ == kind::cuda ? 1 : 0;
   }
 
   friend constexpr bool operator==(stream_ref a, stream_ref b) noexcept {
