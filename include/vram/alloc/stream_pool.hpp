@@ -183,7 +183,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   /// Throws invalid_argument (bad alignment, absurd size), out_of_memory (the upstream or the
   /// maximum size is exhausted even after merging streams and releasing; nothing changed).
   void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
-    // The bin path, inline and free of calls so that it needs no saved registers: a valid
+    // The bin path, free of calls so that it stays small enough to inline: a valid
     // small request on the calling thread's last lane, its lock free, its bin holding the
     // size. A request above small_max goes to the heap in one call; everything else (a bin
     // miss, a contended lane, zero bytes, bad input) is out of line too.
@@ -215,7 +215,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   /// Frees `p` (allocated with `bytes`) ordered on `s`: the block is reused on `s` at once
   /// and by other streams only after they wait for the work enqueued on `s` so far.
   void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
-    // The bin path, inline and free of calls like allocate()'s: a well-formed free of a block
+    // The bin path, free of calls like allocate()'s: a well-formed free of a block
     // of the calling thread's last lane, its lock free and its bin with room. Everything else
     // (nullptr, misuse, a full bin, another stream's block, a contended lane) is out of line.
     if (bytes > options_.small_max) return deallocate_slow(s, p, bytes);  // a heap block (or misuse)
