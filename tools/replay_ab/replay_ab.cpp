@@ -2,7 +2,10 @@
 // checkout's, alternately (the order swapped every round), `rounds` times, and prints per trace
 // the median over rounds of each side's per-operation p50 and mean (net of the timer), and in
 // how many rounds this checkout's p50 was lower / equal (this VM's counter moves in steps of
-// about 10 ns, so p50s tie often; the means resolve a few percent). Usage: replay-ab ROUNDS TRACE...
+// about 10 ns, so p50s tie often; the means resolve a few percent); then, for this checkout, the
+// p50 of each kind of operation and its share: small (up to the default small_max: a lane's
+// bin serves it, or the heap on a miss) and large (above: always the heap).
+// Usage: replay-ab ROUNDS TRACE...
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <vram/alloc/stream_pool.hpp>  // only for the default small_max
 #include <vram/trace/read_trace.hpp>
 
 #include "replay_op.hpp"
@@ -62,8 +66,13 @@ int main(int argc, char** argv) {
       std::uint32_t slot = alloc ? (slot_of[e.id] = shape.slots++) : slot_of.at(e.id);
       ops.push_back({slot, static_cast<std::uint32_t>(e.stream), e.bytes, alloc});
     }
-    std::vector<double> p50[2], mean[2];
-    std::vector<std::uint32_t> ticks;
+    // Kinds: 0 small allocation, 1 small free, 2 large allocation, 3 large free.
+    const std::size_t small_max = vram::stream_pool_options{}.small_max;
+    std::vector<int> kind(ops.size());
+    std::size_t count[4] = {};
+    for (std::size_t i = 0; i < ops.size(); ++i) ++count[kind[i] = (ops[i].bytes > small_max ? 2 : 0) + (ops[i].alloc ? 0 : 1)];
+    std::vector<double> p50[2], mean[2], kind_p50[4];
+    std::vector<std::uint32_t> ticks, of_kind[4];
     replay_base(ops, shape, ticks);  // warm-up, not counted: the first replay pays page faults and cold caches
     replay_head(ops, shape, ticks);
     int head_lower = 0, tied = 0;
@@ -75,6 +84,12 @@ int main(int argc, char** argv) {
         for (std::uint32_t x : ticks) sum += x;
         p50[side].push_back((quantile(ticks, 0.5) - timer) / per_ns);
         mean[side].push_back((sum / static_cast<double>(ticks.size()) - timer) / per_ns);
+        if (side == 1) {
+          for (auto& v : of_kind) v.clear();
+          for (std::size_t i = 0; i < ticks.size(); ++i) of_kind[kind[i]].push_back(ticks[i]);
+          for (int k = 0; k < 4; ++k)
+            if (!of_kind[k].empty()) kind_p50[k].push_back((quantile(of_kind[k], 0.5) - timer) / per_ns);
+        }
       }
       head_lower += p50[1].back() < p50[0].back();
       tied += p50[1].back() == p50[0].back();
@@ -84,5 +99,12 @@ int main(int argc, char** argv) {
       if (*c == '/') name = c + 1;
     std::printf("%-46s %9.1f %9.1f %5d / %-3d %10.1f %10.1f\n", name, median(p50[0]), median(p50[1]), head_lower, tied,
                 median(mean[0]), median(mean[1]));
+    const char* kind_name[4] = {"small alloc", "small free", "large alloc", "large free"};
+    std::printf("  head p50 by kind (share of operations):");
+    for (int k = 0; k < 4; ++k)
+      if (!kind_p50[k].empty())
+        std::printf(" %s %.1f ns (%.0f %%)%s", kind_name[k], median(kind_p50[k]),
+                    100.0 * static_cast<double>(count[k]) / static_cast<double>(ops.size()), k < 3 ? "," : "");
+    std::printf("\n");
   }
 }
