@@ -14,17 +14,12 @@ namespace {
 
 using pool_t = vram::stream_pool<vram::host_source>;
 
-// Two callers, as in the benchmark (which has a one-stream and an own-stream loop): a function
-// with a single caller would be inlined whole, which users' code calling it from many places
-// does not get.
+// Instantiated twice (the warm-up and the timed loop), so allocate() and deallocate() have two
+// callers, as in the benchmark (which has a one-stream and an own-stream loop): a function with
+// a single caller would be inlined whole, which users' code calling it from many places does
+// not get.
+template <int Caller>
 [[gnu::noinline]] void pairs(pool_t& pool, vram::stream_ref s, std::size_t bytes, long n) {
-  for (long i = 0; i < n; ++i) {
-    void* p = pool.allocate(s, bytes);
-    asm volatile("" : : "r"(p) : "memory");
-    pool.deallocate(s, p, bytes);
-  }
-}
-[[gnu::noinline]] void warm_up(pool_t& pool, vram::stream_ref s, std::size_t bytes, long n) {
   for (long i = 0; i < n; ++i) {
     void* p = pool.allocate(s, bytes);
     asm volatile("" : : "r"(p) : "memory");
@@ -39,8 +34,8 @@ double VRAM_AB_SIDE(std::size_t bytes, long n) {
   static pool_t pool(vram::host_source{},
                      vram::stream_pool_options{.growth_step = std::size_t{256} << 20, .small_max = std::size_t{1} << 20});
   static vram::host_stream stream;
-  warm_up(pool, stream, bytes, 1000);
+  pairs<0>(pool, stream, bytes, 1000);
   auto start = std::chrono::steady_clock::now();
-  pairs(pool, stream, bytes, n);
+  pairs<1>(pool, stream, bytes, n);
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() / static_cast<double>(n);
 }

@@ -673,10 +673,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     });
   }
 
-  // ---- accounting ---------------------------------------------------------------------
+  // ---- bins ---------------------------------------------------------------------------
 
-  // Counting is per ledger (a lane's under its lock, the heap's under the heap mutex): no
-  // atomic read-modify-write on the bin path.
   /// A bin hit: the cached block of exactly `size` bytes, booked live for `requested`; or
   /// nullptr (nothing changed). Pre: l's lock held.
   block* bin_take(lane& l, std::size_t size, std::size_t requested) noexcept {
@@ -701,6 +699,10 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     return true;
   }
 
+  // ---- accounting ---------------------------------------------------------------------
+
+  // Counting is per ledger (a lane's under its lock, the heap's under the heap mutex): no
+  // atomic read-modify-write on the bin path.
   void lane_take(lane& l, block* b, std::size_t requested) noexcept {  // pre: l's lock held
     b->requested = requested;
     b->booked = &l;
