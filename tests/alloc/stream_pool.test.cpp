@@ -638,4 +638,26 @@ TEST_CASE("stream_pool: with several streams, peaks are bounds; with one, exact"
   single.deallocate(a, small, 1000);
   single.deallocate(a, big2, 2 * MiB);
   single.check_invariants();
+
+  // A heap free unbooks without the lane's lock (the lane's heap credit); bookings after it,
+  // on the bin path (a miss, then a hit) and on the heap, must net it out of the peaks.
+  sim_pool credit(contiguous_device(256 * MiB), {});
+  credit.deallocate(a, credit.allocate(a, 3 * MiB), 3 * MiB);
+  void* x = credit.allocate(a, 1000);  // bin miss
+  credit.deallocate(a, x, 1000);
+  x = credit.allocate(a, 1000);  // bin hit
+  void* y = credit.allocate(a, 2 * MiB);
+  st = credit.stats();
+  CHECK(st.live_bytes == 2 * MiB + 1024);
+  CHECK(st.requested_bytes == 2 * MiB + 1000);
+  CHECK(st.peak_live_bytes == 3 * MiB);
+  CHECK(st.peak_requested_bytes == 3 * MiB);
+  CHECK(st.total_deallocations == 2);
+  void* z = credit.allocate(a, 1 * MiB + 512);
+  CHECK(credit.stats().peak_live_bytes == 3 * MiB + 1024 + 512);
+  credit.deallocate(a, x, 1000);
+  credit.deallocate(a, y, 2 * MiB);
+  credit.deallocate(a, z, 1 * MiB + 512);
+  CHECK(credit.stats().live_bytes == 0);
+  credit.check_invariants();
 }

@@ -344,8 +344,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
           live_in_lane += b->size;
           requested += b->requested;
         }
-      if (requested != l.books.requested || live_in_lane != l.books.live) fail("lane ledger disagrees with its blocks");
-      if (l.books.peak_requested < l.books.requested || l.books.peak_live < l.books.live) fail("lane peaks");
+      ledger books = l.net();
+      if (requested != books.requested || live_in_lane != books.live) fail("lane ledger disagrees with its blocks");
+      if (books.peak_requested < books.requested || books.peak_live < books.live) fail("lane peaks");
       std::size_t bytes = 0, in_bins = 0;
       for (std::size_t i = 0; i < classes::count; ++i)
         for (block* b : l.bins[i]) {
@@ -429,17 +430,35 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     std::size_t live = 0, peak_live = 0;
     std::size_t requested = 0, peak_requested = 0;
     std::size_t allocations = 0, deallocations = 0;
-    void book(std::size_t size, std::size_t bytes) noexcept {
+    /// Books a block; `credit_live` / `credit_requested`: what was unbooked elsewhere and is
+    /// still counted here (a lane's heap_credit), so that the peaks stay exact.
+    void book(std::size_t size, std::size_t bytes, std::size_t credit_live = 0, std::size_t credit_requested = 0) noexcept {
       live += size;
-      peak_live = std::max(peak_live, live);
+      peak_live = std::max(peak_live, live - credit_live);
       requested += bytes;
-      peak_requested = std::max(peak_requested, requested);
+      peak_requested = std::max(peak_requested, requested - credit_requested);
       ++allocations;
     }
     void unbook(std::size_t size, std::size_t bytes) noexcept {
       live -= size;
       requested -= bytes;
       ++deallocations;
+    }
+  };
+
+  /// What the heap unbooked from a lane's ledger without taking the lane's lock: heap blocks
+  /// booked to the lane and freed under the heap mutex (a lock fewer on every heap free).
+  /// Written only under the heap mutex (a load and a store, no read-modify-write), read on
+  /// the lane's path with relaxed loads. The lane's true figures are its ledger's minus these;
+  /// both only grow, and unsigned wrap-around keeps the differences exact. A bin booking
+  /// that reads a credit before a concurrent free stores it is ordered before that free, so
+  /// the lane's peaks stay exact.
+  struct heap_credit {
+    std::atomic<std::size_t> live{0}, requested{0}, deallocations{0};
+    void add(std::size_t size, std::size_t bytes) noexcept {  // pre: heap mutex held
+      live.store(live.load(std::memory_order_relaxed) + size, std::memory_order_relaxed);
+      requested.store(requested.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+      deallocations.store(deallocations.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     }
   };
 
@@ -479,7 +498,22 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     std::array<bin, classes::count> bins;
     live_map live;
     std::size_t cached_bytes = 0;
-    ledger books;  // the live blocks booked to this lane
+    ledger books;         // the live blocks booked to this lane, gross of `credit`
+    heap_credit credit;   // booked here, freed through the heap
+
+    /// Books a block of this lane (pre: its lock held).
+    void book(std::size_t size, std::size_t bytes) noexcept {
+      books.book(size, bytes, credit.live.load(std::memory_order_relaxed),
+                 credit.requested.load(std::memory_order_relaxed));
+    }
+    /// The ledger net of the heap's credit (pre: its lock and the heap mutex held).
+    [[nodiscard]] ledger net() const noexcept {
+      ledger n = books;
+      n.live -= credit.live.load(std::memory_order_relaxed);
+      n.requested -= credit.requested.load(std::memory_order_relaxed);
+      n.deallocations += credit.deallocations.load(std::memory_order_relaxed);
+      return n;
+    }
   };
 
   /// The calling thread's last lane lookup. Pool ids are never reused and lanes live as long
@@ -637,7 +671,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       b->booked = l;
       if (l != nullptr) {
         std::lock_guard lock(l->mutex);
-        l->books.book(b->size, bytes);
+        l->book(b->size, bytes);
       } else {
         heap_ledger_.book(b->size, bytes);
       }
@@ -683,7 +717,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       b->cached = false;  // stays in the lane's map: no map update on a bin hit
       l.cached_bytes -= size;
       b->requested = requested;  // b->booked is l already: a lane's blocks are booked to it
-      l.books.book(b->size, requested);
+      l.book(b->size, requested);
     }
     return b;
   }
@@ -706,7 +740,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   void lane_take(lane& l, block* b, std::size_t requested) noexcept {  // pre: l's lock held
     b->requested = requested;
     b->booked = &l;
-    l.books.book(b->size, requested);
+    l.book(b->size, requested);
   }
   void lane_give(lane& l, block* b) noexcept {  // pre: l's lock held
     l.books.unbook(b->size, b->requested);
@@ -727,12 +761,13 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     for (auto& [key, info] : streams_)
       if (const block* b = info.index.largest()) st.largest_free_block = std::max(st.largest_free_block, b->size);
     for_each_lane([&](lane& l) {
-      st.live_bytes += l.books.live;
-      peak_live += l.books.peak_live;
-      st.total_allocations += l.books.allocations;
-      st.total_deallocations += l.books.deallocations;
-      st.requested_bytes += l.books.requested;
-      peak_requested += l.books.peak_requested;
+      ledger books = l.net();
+      st.live_bytes += books.live;
+      peak_live += books.peak_live;
+      st.total_allocations += books.allocations;
+      st.total_deallocations += books.deallocations;
+      st.requested_bytes += books.requested;
+      peak_requested += books.peak_requested;
       st.free_bytes += l.cached_bytes;
       for (const auto& bin : l.bins) {
         st.free_blocks += bin.count;
@@ -1218,8 +1253,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   void give_heap_live(block* b) noexcept {  // pre: heap mutex held
     if (lane* l = b->booked) {
-      std::lock_guard lock(l->mutex);
-      l->books.unbook(b->size, b->requested);
+      l->credit.add(b->size, b->requested);  // no lane lock: see heap_credit
     } else {
       heap_ledger_.unbook(b->size, b->requested);
     }

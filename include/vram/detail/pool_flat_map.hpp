@@ -3,8 +3,11 @@
 // the pool's O(1) deallocate lookup (faster than std::unordered_map: one probe sequence in
 // one array, no node allocation). Keys are non-zero addresses; 0 marks an empty slot.
 //
-// Linear probing with backward-shift deletion (no tombstones), load factor <= 1/2.
-// Invariant: size_ * 2 <= slots_.size(); every key sits in the probe run that starts at its hash.
+// Linear probing with backward-shift deletion (no tombstones), load factor <= 1/4: runs stay
+// so short that a lookup usually ends at the home slot and an erase moves nothing, so the
+// loops' exits are predictable (at 1/2 a heap free mispredicted about once in them:
+// docs/PERFORMANCE.md). 64-128 bytes of table per entry: about the size of the block it points to.
+// Invariant: size_ * 4 <= slots_.size(); every key sits in the probe run that starts at its hash.
 
 #include <cstddef>
 #include <cstdint>
@@ -38,7 +41,7 @@ class pool_flat_map {
 
   /// Inserts `key` (pre: absent, non-zero). May throw std::bad_alloc when growing.
   void insert(std::uintptr_t key, Value value) {
-    if ((size_ + 1) * 2 > slots_.size()) grow();
+    if ((size_ + 1) * 4 > slots_.size()) grow();
     place(key, value);
     ++size_;
   }
