@@ -2,10 +2,10 @@
 // checkout's, alternately (the order swapped every round), `rounds` times, and prints per trace
 // the median over rounds of each side's per-operation p50 and mean (net of the timer), and in
 // how many rounds this checkout's p50 was lower / equal (this VM's counter moves in steps of
-// about 10 ns, so p50s tie often; the means resolve a few percent); then, for this checkout, the
-// p50 of each kind of operation and its share: small (up to the default small_max: a lane's
-// bin serves it, or the heap on a miss) and large (above: always the heap); and for both sides
-// the mean of each kind's fastest 90 % (it resolves what the p50's steps hide).
+// about 10 ns, so p50s tie often; the means resolve a few percent); then, for both sides, the
+// p50 of each kind of operation (with its share) and the mean of its fastest 90 % (it resolves
+// what the p50's steps hide). Kinds: small (up to the default small_max: a lane's bin serves
+// it, or the heap on a miss) and large (above: always the heap).
 // Usage: replay-ab ROUNDS TRACE...
 #include <algorithm>
 #include <chrono>
@@ -111,10 +111,10 @@ int main(int argc, char** argv) {
     std::printf("%-46s %9.1f %9.1f %5d / %-3d %10.1f %10.1f\n", name, median(p50[0]), median(p50[1]), head_lower, tied,
                 median(mean[0]), median(mean[1]));
     const char* kind_name[4] = {"small alloc", "small free", "large alloc", "large free"};
-    std::printf("  head p50 by kind (share of operations):");
+    std::printf("  p50 by kind (share of operations), base -> head:");
     for (int k = 0; k < 4; ++k)
       if (!kind_p50[1][k].empty())
-        std::printf(" %s %.1f ns (%.0f %%)%s", kind_name[k], median(kind_p50[1][k]),
+        std::printf(" %s %.1f -> %.1f ns (%.0f %%)%s", kind_name[k], median(kind_p50[0][k]), median(kind_p50[1][k]),
                     100.0 * static_cast<double>(count[k]) / static_cast<double>(ops.size()), k < 3 ? "," : "");
     std::printf("\n  mean of the fastest 90 %% by kind, base -> head:");
     for (int k = 0; k < 4; ++k)

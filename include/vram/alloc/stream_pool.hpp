@@ -735,8 +735,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   // ---- accounting ---------------------------------------------------------------------
 
-  // Counting is per ledger (a lane's under its lock, the heap's under the heap mutex): no
-  // atomic read-modify-write on the bin path.
+  // Counting is per ledger (a lane's under its lock, the heap's under the heap mutex; a heap
+  // free credits the lane instead, without its lock: heap_credit): no atomic
+  // read-modify-write on the bin path.
   void lane_take(lane& l, block* b, std::size_t requested) noexcept {  // pre: l's lock held
     b->requested = requested;
     b->booked = &l;
