@@ -2,13 +2,17 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <unordered_map>
 
 #include <vram/detail/json.hpp>
+#include <vram/detail/step_quantile.hpp>
 #include <vram/trace/allocators.hpp>
 #include <vram/trace/read_trace.hpp>
 #include <vram/trace/replay.hpp>
@@ -183,4 +187,66 @@ TEST_CASE("JSON and HTML reports parse") {
   CHECK(count("<svg") == count("</svg>"));
   CHECK(count("<table") == count("</table>"));
   CHECK(count("<polyline") >= 2 * results.size());
+}
+
+namespace {
+
+/// Durations drawn by `draw`, each read as a clock moving in steps of `step` units would read
+/// it: the difference of two readings at a random phase (plus a unit of jitter per reading,
+/// like a tick-to-nanosecond conversion).
+template <class Draw>
+std::vector<std::uint32_t> read_in_steps(Draw draw, double step, bool jitter, std::size_t n = 20000) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> phase(0, step);
+  std::uniform_int_distribution<int> unit(0, 1);
+  std::vector<std::uint32_t> v;
+  for (std::size_t i = 0; i < n; ++i) {
+    double start = phase(rng), end = start + draw(rng);
+    double ticks = std::floor(end / step) * step - std::floor(start / step) * step;
+    v.push_back(static_cast<std::uint32_t>(std::lround(ticks)) + (jitter ? unit(rng) : 0));
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("step_quantile recovers a median that a clock moving in 10-unit steps hides") {
+  using vram::detail::step_quantile;
+  for (double true_median : {33.0, 45.0, 47.5, 52.0, 58.0}) {
+    // Narrow spreads are where the plain median is furthest off (it reads 40, 50 or 60).
+    std::uniform_real_distribution<double> spread(true_median - 4, true_median + 4);
+    for (bool jitter : {false, true}) {
+      auto v = read_in_steps([&](std::mt19937_64& g) { return spread(g); }, 10, jitter);
+      auto w = v;
+      std::sort(w.begin(), w.end());
+      double plain = w[(w.size() - 1) / 2];
+      double estimate = step_quantile(v, 0.5);
+      INFO("true median " << true_median << ", jitter " << jitter << ": plain " << plain << ", estimate " << estimate);
+      CHECK(std::abs(estimate - true_median - (jitter ? 0.5 : 0)) < 1.0);
+    }
+  }
+  // A wide spread over many steps, as a replay's operations are: still within a unit.
+  std::exponential_distribution<double> tail(1.0 / 30);
+  auto v = read_in_steps([&](std::mt19937_64& g) { return 40 + tail(g); }, 10, true, 200000);
+  CHECK(std::abs(step_quantile(v, 0.5) - (40 + 30 * std::log(2.0) + 0.5)) < 1.5);
+  // The time-stamp counter's steps on this project's VMs: 24.45 ticks.
+  std::uniform_real_distribution<double> timer(60, 65);
+  auto t = read_in_steps([&](std::mt19937_64& g) { return timer(g); }, 24.45, true);
+  CHECK(std::abs(step_quantile(t, 0.5) - 63.0) < 1.5);
+}
+
+TEST_CASE("step_quantile is the plain quantile on a clock without steps, and on tiny samples") {
+  using vram::detail::step_quantile;
+  std::mt19937_64 rng(3);
+  std::uniform_int_distribution<std::uint32_t> ns(20, 120);
+  std::vector<std::uint32_t> v(10001);
+  for (auto& x : v) x = ns(rng);
+  auto w = v;
+  std::sort(w.begin(), w.end());
+  CHECK(step_quantile(v, 0.5) == w[5000]);
+  CHECK(step_quantile(v, 0.99) == w[9900]);
+  std::vector<std::uint32_t> one{42};
+  CHECK(step_quantile(one, 0.5) == 42);
+  std::vector<std::uint32_t> same(100, 30);  // one group and no neighbour: no step to spread over
+  CHECK(step_quantile(same, 0.5) == 30);
 }

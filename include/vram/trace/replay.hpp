@@ -17,6 +17,7 @@
 #include <vram/core/host_stream.hpp>
 #include <vram/core/stats.hpp>
 #include <vram/core/stream_ref.hpp>
+#include <vram/detail/step_quantile.hpp>
 #include <vram/trace/trace.hpp>
 
 namespace vram::trace {
@@ -52,10 +53,13 @@ struct replay_result {
   std::uint64_t reserved_at_peak_live = 0;
   std::size_t upstream_allocations = 0, upstream_deallocations = 0;
   std::uint64_t peak_spilled_bytes = 0;  ///< budget_slab: peak bytes served from the spill side
-  /// Host time per operation, net of the timer's own cost (ns_clock, subtracted).
+  /// Host time per operation, net of the timer's own cost (ns_clock, subtracted). Quantiles
+  /// are interpolated within the clock's step where it moves in steps (detail::step_quantile:
+  /// 10 ns on the dev machines), so that they resolve what the step hides.
   double ns_per_op_p50 = 0, ns_per_op_p99 = 0, ns_per_op_mean = 0;
   /// The timer's own cost: the median of an empty region timed like an operation (two
-  /// steady_clock reads, about 20-40 ns on the dev machines, as much as a pool operation).
+  /// steady_clock reads, about 20-40 ns on the dev machines, as much as a pool operation),
+  /// interpolated the same way.
   double ns_clock = 0;
   std::optional<std::uint64_t> recorded_reserved_bytes;  ///< the recording allocator's peak, if known
   std::vector<series_point> series;
@@ -102,8 +106,7 @@ replay_result replay(const trace& t, R& r, StatsOf&& stats_of, const std::vector
       auto start = std::chrono::steady_clock::now();
       ns.push_back(elapsed(start));
     }
-    std::nth_element(ns.begin(), ns.begin() + 2048, ns.end());
-    out.ns_clock = ns[2048];
+    out.ns_clock = detail::step_quantile(ns, 0.5);
     ns.clear();
   }
   auto stream_of = [&](const event& e) { return e.stream < streams.size() ? streams[e.stream] : stream_ref{}; };
@@ -178,11 +181,7 @@ replay_result replay(const trace& t, R& r, StatsOf&& stats_of, const std::vector
     double sum = 0;
     for (auto x : ns) sum += x;
     out.ns_per_op_mean = std::max(0.0, sum / double(ns.size()) - out.ns_clock);
-    auto at = [&](double q) {
-      auto k = static_cast<std::size_t>(q * double(ns.size() - 1));
-      std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(k), ns.end());
-      return std::max(0.0, double(ns[k]) - out.ns_clock);
-    };
+    auto at = [&](double q) { return std::max(0.0, detail::step_quantile(ns, q) - out.ns_clock); };
     out.ns_per_op_p50 = at(0.50);
     out.ns_per_op_p99 = at(0.99);
   }

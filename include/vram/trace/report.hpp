@@ -52,8 +52,11 @@ inline void print_table(std::ostream& out, const trace& t, const std::vector<rep
   }
   double clock = 0;
   for (const auto& r : results) clock = std::max(clock, r.ns_clock);
-  if (clock > 0)
-    out << "(p50/p99: host ns per operation, net of the timer's own " << clock << " ns per reading pair)\n";
+  if (clock > 0) {
+    std::snprintf(line, sizeof line, "%.1f", clock);
+    out << "(p50/p99: host ns per operation, net of the timer's own " << line
+        << " ns per reading pair; interpolated within the clock's steps where it moves in steps)\n";
+  }
 }
 
 /// One JSON object per result, in an array.
