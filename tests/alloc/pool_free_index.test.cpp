@@ -20,6 +20,7 @@ struct node {
   std::uintptr_t addr = 0;
   node* free_prev = nullptr;
   node* free_next = nullptr;
+  std::uint32_t free_class = 0;
   bool listed = false;
 };
 

@@ -397,6 +397,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     std::uint64_t epoch = 0;    // free: the stream's free counter when it was freed
     block_state state = block_state::free;
     bool cached = false;        // lane-owned: in a bin (written and read under the lane's lock only)
+    std::uint32_t free_class = 0;  // free: its class in the index (set and read by the index)
     lane* booked = nullptr;     // live: whose ledger counts it (a lane-owned block: its lane; nullptr: the heap's)
     block* free_prev = nullptr;  // free: links of its stream key's best-fit index
     block* free_next = nullptr;

@@ -16,11 +16,13 @@ namespace vram::detail {
 /// sorted by (size, address); two levels of bitmaps find the first non-empty class at or above
 /// a request's class in O(1).
 ///
-/// Node needs the members `std::size_t size`, `std::uintptr_t addr`, `Node* free_prev` and
-/// `Node* free_next` (the links belong to the index while the node is in it).
+/// Node needs the members `std::size_t size`, `std::uintptr_t addr`, `Node* free_prev`,
+/// `Node* free_next` and `std::uint32_t free_class` (they belong to the index while the node
+/// is in it; the class is kept so that an erase need not compute it again).
 /// Complexity: best fit O(1) plus a walk of the request's own class; insert O(class length);
 /// erase O(1).
-/// Invariants: every class list is sorted by (size, address); bit c of the class bitmap is set
+/// Invariants: a listed node's free_class is class_of(its size) and it is in that list;
+/// every class list is sorted by (size, address); bit c of the class bitmap is set
 /// iff class c is non-empty; bit w of the summary iff word w of the bitmap is non-zero;
 /// size() == the number of listed nodes.
 template <class Node>
@@ -43,6 +45,7 @@ class pool_free_index {
   /// Adds n in (size, address) order within its class.
   void insert(Node* n) noexcept {
     std::size_t c = class_of(n->size);
+    n->free_class = static_cast<std::uint32_t>(c);
     Node** link = &heads_[c];
     Node* prev = nullptr;
     while (*link != nullptr && before(*link, n)) {
@@ -64,7 +67,7 @@ class pool_free_index {
     if (n->free_prev != nullptr) {
       n->free_prev->free_next = n->free_next;
     } else {
-      std::size_t c = class_of(n->size);
+      std::size_t c = n->free_class;
       heads_[c] = n->free_next;
       if (heads_[c] == nullptr && (bitmap_[c / 64] &= ~(std::uint64_t{1} << (c % 64))) == 0)
         summary_ &= ~(std::uint64_t{1} << (c / 64));
@@ -84,7 +87,7 @@ class pool_free_index {
 
   /// The node after n in (size, address) order, or nullptr.
   [[nodiscard]] Node* next(const Node* n) const noexcept {
-    return n->free_next != nullptr ? n->free_next : first_from(class_of(n->size) + 1);
+    return n->free_next != nullptr ? n->free_next : first_from(n->free_class + std::size_t{1});
   }
 
   /// The largest node, or nullptr.
@@ -102,9 +105,10 @@ class pool_free_index {
     for (Node* n = first_from(0); n != nullptr; n = next(n)) f(n);
   }
 
-  /// True when n is listed (walks its class).
+  /// True when n is listed where its size says (walks that class; checks its kept class).
   [[nodiscard]] bool contains(const Node* n) const noexcept {
-    for (const Node* x = heads_[class_of(n->size)]; x != nullptr; x = x->free_next)
+    if (n->free_class != class_of(n->size)) return false;
+    for (const Node* x = heads_[n->free_class]; x != nullptr; x = x->free_next)
       if (x == n) return true;
     return false;
   }
