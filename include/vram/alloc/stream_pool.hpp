@@ -279,9 +279,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   void check_invariants() const {
     std::lock_guard lock(heap_mutex_);
     auto fail = [](const char* what) { throw std::logic_error(std::string("stream_pool invariant: ") + what); };
-    vram::stats st = stats_locked();
-    // live + free == reserved
-    if (st.live_bytes + st.free_bytes != st.reserved_bytes) fail("live + free != reserved");
+    vram::stats st = stats_locked();  // free bytes: reserved minus live, by construction
+    if (st.live_bytes > st.reserved_bytes) fail("live above reserved");
     if (st.peak_live_bytes < st.live_bytes || st.peak_reserved_bytes < st.reserved_bytes) fail("peak below current");
 #if VRAM_DEBUG
     std::size_t reserved = 0, free_bytes = 0, free_count = 0, live_bytes = 0, live_count = 0, lane_blocks = 0;
@@ -324,7 +323,6 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       if (last != c->last || at != c->addr + c->size) fail("chunk tail");
     }
     if (reserved != reserved_) fail("chunk sizes != reserved");
-    if (free_count != free_count_ || free_bytes != free_bytes_) fail("free index disagrees with the blocks");
     std::size_t lane_live = 0, lane_cached = 0;
     for_each_lane([&](lane& l) {
       std::size_t in_map_cached = 0, requested = 0, live_in_lane = 0;
@@ -358,7 +356,10 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       if (in_bins != in_map_cached) fail("bins disagree with the lane's map");
       lane_cached += in_bins;
       if (bytes != l.cached_bytes) fail("lane cached bytes");
+      free_bytes += bytes;
+      free_count += in_bins;
     });
+    if (free_bytes != st.free_bytes || free_count != st.free_blocks) fail("free bytes or blocks disagree with the blocks");
     if (live_bytes != st.live_bytes) fail("live bytes disagree with the blocks");
     if (heap_live_.size() != live_count) fail("heap live map disagrees with the blocks");
     if (heap_unbooked != heap_ledger_.live || heap_unbooked_requested != heap_ledger_.requested)
@@ -758,10 +759,10 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     st.peak_reserved_bytes = peak_reserved_;
     st.total_allocations = heap_ledger_.allocations;
     st.total_deallocations = heap_ledger_.deallocations;
-    st.free_bytes = free_bytes_;
-    st.free_blocks = free_count_;
-    for (auto& [key, info] : streams_)
+    for (auto& [key, info] : streams_) {
+      st.free_blocks += info.index.size();
       if (const block* b = info.index.largest()) st.largest_free_block = std::max(st.largest_free_block, b->size);
+    }
     for_each_lane([&](lane& l) {
       ledger books = l.net();
       st.live_bytes += books.live;
@@ -770,7 +771,6 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       st.total_deallocations += books.deallocations;
       st.requested_bytes += books.requested;
       peak_requested += books.peak_requested;
-      st.free_bytes += l.cached_bytes;
       for (const auto& bin : l.bins) {
         st.free_blocks += bin.count;
         for (const block* b : bin) st.largest_free_block = std::max(st.largest_free_block, b->size);
@@ -779,6 +779,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     // Peaks: the sum of the ledgers' peaks bounds the true peak from above, and is exact when
     // one ledger was ever used (one stream). The reserved peak bounds the live peak too, and
     // the live peak the requested one (a block is never smaller than its request).
+    // Every reserved byte is live or free (in an index or a bin): the free bytes need no counter.
+    st.free_bytes = reserved_ - st.live_bytes;
     st.peak_live_bytes = std::max(st.live_bytes, std::min(peak_live, peak_reserved_));
     st.peak_requested_bytes = std::max(st.requested_bytes, std::min(peak_requested, st.peak_live_bytes));
     st.live_allocations = st.total_allocations - st.total_deallocations;
@@ -819,14 +821,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   void index_insert(block* b) {
     b->state = block_state::free;
     b->stream->index.insert(b);
-    free_bytes_ += b->size;
-    ++free_count_;
   }
-  void index_erase(block* b) noexcept {
-    b->stream->index.erase(b);
-    free_bytes_ -= b->size;
-    --free_count_;
-  }
+  void index_erase(block* b) noexcept { b->stream->index.erase(b); }
 
   /// Whether free neighbour n may join a free block keyed `key`: the same key, or (`widen`)
   /// n is usable by every stream (key 0) and the block is a stream's. The union is keyed to
@@ -1287,8 +1283,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   // The heap, guarded by heap_mutex_. Lock order: heap_mutex_, then a lane's lock.
   mutable detail::pool_mutex heap_mutex_;
-  // Free blocks are indexed per stream key (stream_info::index); free_count_ of them in all,
-  // their sizes sum to free_bytes_.
+  // Free blocks are indexed per stream key (stream_info::index).
   std::map<std::uintptr_t, chunk*> chunks_;      // by address; sum of sizes == reserved_
   chunk* top_ = nullptr;                         // the highest chunk (its last block: the wilderness)
   live_map heap_live_;                           // live blocks not served by a lane
@@ -1297,11 +1292,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   stream_info* last_info_ = nullptr;  // info_of's memo: &streams_[last_info_key_], a stream's key
   std::uintptr_t last_info_key_ = 0;
   block* spare_ = nullptr;                       // recycled block nodes
-  // reserved_ == live bytes of all ledgers + free_bytes_ + sum of lanes' cached_bytes
+  // reserved_ == live bytes of all ledgers + the sizes of indexed blocks + sum of lanes' cached_bytes
   std::size_t reserved_ = 0;
   std::size_t peak_reserved_ = 0;
-  std::size_t free_bytes_ = 0;
-  std::size_t free_count_ = 0;
   ledger heap_ledger_;  // heap-live blocks booked to no lane (their stream had none: over 64 streams)
   std::size_t upstream_allocations_ = 0;
   std::size_t upstream_deallocations_ = 0;
