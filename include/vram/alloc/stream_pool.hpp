@@ -776,11 +776,11 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
         for (const block* b : bin) st.largest_free_block = std::max(st.largest_free_block, b->size);
       }
     });
+    // Every reserved byte is live or free (in an index or a bin): the free bytes need no counter.
+    st.free_bytes = reserved_ - st.live_bytes;
     // Peaks: the sum of the ledgers' peaks bounds the true peak from above, and is exact when
     // one ledger was ever used (one stream). The reserved peak bounds the live peak too, and
     // the live peak the requested one (a block is never smaller than its request).
-    // Every reserved byte is live or free (in an index or a bin): the free bytes need no counter.
-    st.free_bytes = reserved_ - st.live_bytes;
     st.peak_live_bytes = std::max(st.live_bytes, std::min(peak_live, peak_reserved_));
     st.peak_requested_bytes = std::max(st.requested_bytes, std::min(peak_requested, st.peak_live_bytes));
     st.live_allocations = st.total_allocations - st.total_deallocations;
