@@ -47,6 +47,7 @@
 #include <vram/trace/allocators.hpp>
 #include <vram/trace/read_trace.hpp>
 #include <vram/trace/replay.hpp>
+#include <vram/trace/rmm_pool_model.hpp>
 #include <vram/trace/report.hpp>
 #include <vram/trace/trace.hpp>
 #include <vram/trace/workloads.hpp>

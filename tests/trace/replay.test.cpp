@@ -124,7 +124,7 @@ TEST_CASE("real traces replay on the pools with the trace's own peak live and no
                            "pangu_2.6B.csv"}) {
     const trace& t = real(file);
     for (const auto& c : {vram::trace::pool_contiguous_config(), vram::trace::pool_segments_config(),
-                          vram::trace::upstream_config()}) {
+                          vram::trace::upstream_config(), vram::trace::rmm_pool_model_config()}) {
       INFO(file << " on " << c.name);
       auto r = c.run(t, o);
       CHECK(r.peak_live_bytes == t.peak_live_bytes());

@@ -15,6 +15,7 @@
 #include <vram/core/host_stream.hpp>
 #include <vram/source/simulated_device_source.hpp>
 #include <vram/trace/replay.hpp>
+#include <vram/trace/rmm_pool_model.hpp>
 
 namespace vram::trace {
 
@@ -121,9 +122,22 @@ inline allocator_config upstream_config() {
           }};
 }
 
+/// The peer: RMM's pool algorithm (rmm_pool_model.hpp) on cudaMalloc-like segments, starting
+/// empty and growing by doubling, as a pool created without an initial size does.
+inline allocator_config rmm_pool_model_config() {
+  return {"rmm-pool-model",
+          "RMM's pool algorithm rebuilt (address-ordered lists: O(n) best fit and coalescing; growth by doubling on "
+          "cudaMalloc-like segments; no CUDA events)",
+          [](const trace& t, const replay_options& o) {
+            return detail_configs::run_with("rmm-pool-model", t, o, [&] {
+              return std::make_unique<rmm_pool_model<simulated_device_source>>(detail_configs::device(o.capacity, false));
+            });
+          }};
+}
+
 /// The default comparison, in report order.
 inline std::vector<allocator_config> default_allocators() {
-  return {pool_contiguous_config(), pool_segments_config(), arena_config(), upstream_config()};
+  return {pool_contiguous_config(), pool_segments_config(), arena_config(), upstream_config(), rmm_pool_model_config()};
 }
 
 /// Every configuration (the defaults, then those that only make sense on request).
