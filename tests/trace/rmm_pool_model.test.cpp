@@ -49,8 +49,10 @@ TEST_CASE("best fit, split and merge within one upstream allocation") {
   char* d = at(pool.allocate({}, 1024));
   char* e = at(pool.allocate({}, 256));
   CHECK(e == d + 1024);
+  CHECK(pool.stats().requested_bytes == 1000 + 2048 + 512 + 1024 + 256);
+  CHECK(pool.stats().live_bytes == 1024 + 2048 + 512 + 1024 + 256);
   pool.deallocate({}, b, 2048);
-  pool.deallocate({}, a, 1000);  // merges with b: 3 KiB at a
+  pool.deallocate({}, a, 1024);  // rounds as 1000 did, so accepted; merges with b: 3 KiB at a
   pool.deallocate({}, d, 1024);  // a 1-KiB hole after c
   pool.check_invariants();
   CHECK(pool.stats().free_blocks == 3);
@@ -69,6 +71,8 @@ TEST_CASE("best fit, split and merge within one upstream allocation") {
   CHECK(st.free_blocks == 1);
   CHECK(st.largest_free_block == 64 * 1024);
   CHECK(st.live_bytes == 0);
+  CHECK(st.requested_bytes == 0);
+  CHECK(st.peak_requested_bytes == 512 + 256 + 1024 + 2048 + 1024);  // c, e and the three reuses
   CHECK(st.upstream_allocations == 1);
 }
 

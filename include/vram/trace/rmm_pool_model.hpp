@@ -72,7 +72,7 @@ class rmm_pool_model {
     if (bytes == 0) return nullptr;
     std::lock_guard lock(mutex_);
     const std::size_t size = round(bytes);
-    block b = take(size, s);
+    block b = take(size, bytes, s);
     live_ += size;
     requested_ += bytes;
     ++allocations_;
@@ -96,7 +96,7 @@ class rmm_pool_model {
     allocated_.erase(it);
     lists_[s.key()].insert(b);
     live_ -= b.size;
-    requested_ -= bytes;
+    requested_ -= b.requested;
     ++deallocations_;
   }
 
@@ -172,6 +172,7 @@ class rmm_pool_model {
     char* ptr = nullptr;
     std::size_t size = 0;
     bool head = false;  // starts an upstream allocation: nothing merges into it from below
+    std::size_t requested = 0;  // allocated: what the caller asked for (for stats only)
 
     [[nodiscard]] bool touches(const block& next) const noexcept { return ptr + size == next.ptr && !next.head; }
   };
@@ -224,14 +225,14 @@ class rmm_pool_model {
 
   /// A block of `size` bytes for stream s, in RMM's order: own list, others' lists, others
   /// merged into its own, growth.
-  block take(std::size_t size, stream_ref s) {
+  block take(std::size_t size, std::size_t requested, stream_ref s) {
     const std::uintptr_t key = s.key();
     auto own = lists_.find(key);
     if (own != lists_.end())
-      if (block b = own->second.take_best_fit(size); b.size != 0) return split(b, size, own->second);
+      if (block b = own->second.take_best_fit(size); b.size != 0) return split(b, size, requested, own->second);
     for (auto& [k, list] : lists_)
       if (k != key)
-        if (block b = list.take_best_fit(size); b.size != 0) return split(b, size, list);
+        if (block b = list.take_best_fit(size); b.size != 0) return split(b, size, requested, list);
     free_list& mine = lists_[key];
     for (auto it = lists_.begin(); it != lists_.end();) {
       if (it->first == key) {
@@ -240,16 +241,16 @@ class rmm_pool_model {
       }
       for (const block& b : it->second.blocks) mine.insert(b);
       it = lists_.erase(it);
-      if (block b = mine.take_best_fit(size); b.size != 0) return split(b, size, mine);
+      if (block b = mine.take_best_fit(size); b.size != 0) return split(b, size, requested, mine);
     }
-    return split(grow(std::max(size, pool_size_), size, s), size, mine);
+    return split(grow(std::max(size, pool_size_), size, s), size, requested, mine);
   }
 
   /// Hands out the first `size` bytes of b; the rest goes back to `list`.
-  block split(block b, std::size_t size, free_list& list) {
-    allocated_.insert({b.ptr, size, b.head});
+  block split(block b, std::size_t size, std::size_t requested, free_list& list) {
+    allocated_.insert({b.ptr, size, b.head, requested});
     if (b.size > size) list.insert({b.ptr + size, b.size - size, false});
-    return {b.ptr, size, b.head};
+    return {b.ptr, size, b.head, requested};
   }
 
   /// One upstream allocation of `attempt` bytes, halved down to `need` while the upstream
