@@ -123,7 +123,7 @@ inline allocator_config upstream_config() {
 }
 
 /// The peer: RMM's pool algorithm (rmm_pool_model.hpp) on cudaMalloc-like segments, starting
-/// empty and growing by doubling, as a pool created without an initial size does.
+/// empty (an initial pool size of 0) and growing by doubling (no maximum size).
 inline allocator_config rmm_pool_model_config() {
   return {"rmm-pool-model",
           "RMM's pool algorithm rebuilt (address-ordered lists: O(n) best fit and coalescing; growth by doubling on "

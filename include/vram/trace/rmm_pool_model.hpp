@@ -254,8 +254,10 @@ class rmm_pool_model {
   }
 
   /// One upstream allocation of `attempt` bytes, halved down to `need` while the upstream
-  /// refuses; out_of_memory (with the pool unchanged) when even `need` is refused.
+  /// refuses; out_of_memory when even `need` is refused, with no block or byte changed (the
+  /// other streams' lists may have been merged into the caller's by then, as in RMM).
   block grow(std::size_t attempt, std::size_t need, stream_ref s) {
+    upstream_blocks_.reserve(upstream_blocks_.size() + 1);  // so recording it cannot throw
     for (;;) {
       try {
         auto* p = static_cast<char*>(upstream_.allocate_sync(attempt, alignment));
