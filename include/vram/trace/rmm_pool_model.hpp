@@ -147,24 +147,7 @@ class rmm_pool_model {
 
   [[nodiscard]] vram::stats stats() const {
     std::lock_guard lock(mutex_);
-    vram::stats st;
-    st.live_bytes = live_;
-    st.requested_bytes = requested_;
-    st.reserved_bytes = pool_size_;
-    st.peak_live_bytes = peak_live_;
-    st.peak_requested_bytes = peak_requested_;
-    st.peak_reserved_bytes = pool_size_;  // the pool never shrinks
-    st.live_allocations = allocated_.size();
-    st.total_allocations = allocations_;
-    st.total_deallocations = deallocations_;
-    st.free_bytes = pool_size_ - live_;
-    for (const auto& [key, list] : lists_)
-      for (const block& b : list.blocks) {
-        ++st.free_blocks;
-        st.largest_free_block = std::max(st.largest_free_block, b.size);
-      }
-    st.upstream_allocations = upstream_blocks_.size();
-    return st;
+    return stats_locked();
   }
 
  private:
@@ -266,18 +249,30 @@ class rmm_pool_model {
         pool_size_ += attempt;
         return b;
       } catch (const out_of_memory&) {
-        if (attempt == need) detail::throw_out_of_memory(name(), need, s, snapshot_locked());
+        if (attempt == need) detail::throw_out_of_memory(name(), need, s, stats_locked());
         attempt = std::max(need, attempt / 2);
       }
     }
   }
 
-  vram::stats snapshot_locked() const {
+  vram::stats stats_locked() const {
     vram::stats st;
     st.live_bytes = live_;
     st.requested_bytes = requested_;
     st.reserved_bytes = pool_size_;
+    st.peak_live_bytes = peak_live_;
+    st.peak_requested_bytes = peak_requested_;
+    st.peak_reserved_bytes = pool_size_;  // the pool never shrinks
+    st.live_allocations = allocated_.size();
+    st.total_allocations = allocations_;
+    st.total_deallocations = deallocations_;
     st.free_bytes = pool_size_ - live_;
+    for (const auto& [key, list] : lists_)
+      for (const block& b : list.blocks) {
+        ++st.free_blocks;
+        st.largest_free_block = std::max(st.largest_free_block, b.size);
+      }
+    st.upstream_allocations = upstream_blocks_.size();
     return st;
   }
 
