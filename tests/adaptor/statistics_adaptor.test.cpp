@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <vram/adaptor/statistics_adaptor.hpp>
+#include <vram/alloc/stream_pool.hpp>
 #include <vram/source/host_source.hpp>
 
 #include "support/misuse_capture.hpp"
@@ -167,4 +168,43 @@ TEST_CASE("statistics_observer: counts inside an allocator, per tenant, with res
   }
   CHECK(obs.stats().reserved_bytes == 0);  // the pool gave everything back, and said so
   CHECK(up.counters().live_allocations() == 0);
+}
+
+namespace {
+/// A pool held by reference, forwarding owns() as the pool answers it (a pool cannot move into
+/// the adaptor): what statistics_adaptor trusts before it counts a free.
+struct pool_by_reference {
+  vram::stream_pool<vram::host_source>* pool;
+  void* allocate(vram::stream_ref s, std::size_t b, std::size_t a = vram::default_alignment) { return pool->allocate(s, b, a); }
+  void deallocate(vram::stream_ref s, void* p, std::size_t b, std::size_t a = vram::default_alignment) noexcept {
+    pool->deallocate(s, p, b, a);
+  }
+  void* allocate_sync(std::size_t b, std::size_t a = vram::default_alignment) { return pool->allocate_sync(b, a); }
+  void deallocate_sync(void* p, std::size_t b, std::size_t a = vram::default_alignment) noexcept {
+    pool->deallocate_sync(p, b, a);
+  }
+  [[nodiscard]] bool owns(const void* p) const { return pool->owns(p); }
+  friend bool operator==(const pool_by_reference& x, const pool_by_reference& y) noexcept { return x.pool == y.pool; }
+};
+}  // namespace
+
+TEST_CASE("statistics_adaptor: over a stream_pool, the frees on every stream are counted", "[adaptor][statistics]") {
+  vram::test::misuse_capture capture;
+  vram::stream_pool<vram::host_source> pool;
+  vram::statistics_adaptor<pool_by_reference> r(pool_by_reference{&pool});
+  vram::host_stream a, b;
+  for (int i = 0; i < 10; ++i) {
+    void* p = r.allocate(a, 1000);
+    void* q = r.allocate(b, 1000);
+    r.deallocate(a, p, 1000);  // a's lane is not the newest
+    r.deallocate(b, q, 1000);
+  }
+  CHECK(r.stats().live_allocations == 0);
+  CHECK(r.stats().live_bytes == 0);
+  CHECK(r.stats().total_deallocations == 20);
+  CHECK(capture.count() == 0);
+  r.check_invariants();
+  pool.check_invariants();
+  a.synchronize();
+  b.synchronize();
 }

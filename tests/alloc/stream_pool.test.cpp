@@ -9,6 +9,8 @@
 #include <map>
 #include <random>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -660,4 +662,68 @@ TEST_CASE("stream_pool: with several streams, peaks are bounds; with one, exact"
   credit.deallocate(a, z, 1 * MiB + 512);
   CHECK(credit.stats().live_bytes == 0);
   credit.check_invariants();
+}
+
+TEST_CASE("stream_pool: owns() answers for the live blocks of every stream's lane", "[stream_pool][streams]") {
+  host_pool pool;
+  vram::host_stream a, b, c;
+  // A bin-sized and a heap block on each of three streams: three lanes, the first two not the newest.
+  std::vector<std::pair<vram::stream_ref, void*>> small, large;
+  for (vram::stream_ref s : {vram::stream_ref{a}, vram::stream_ref{b}, vram::stream_ref{c}}) {
+    small.emplace_back(s, pool.allocate(s, 100));
+    large.emplace_back(s, pool.allocate(s, 2 * MiB));
+  }
+  for (auto& [s, p] : small) CHECK(pool.owns(p));
+  for (auto& [s, p] : large) CHECK(pool.owns(p));
+  for (auto& [s, p] : small) pool.deallocate(s, p, 100);  // into each lane's bin: cached, not live
+  for (auto& [s, p] : large) pool.deallocate(s, p, 2 * MiB);
+  for (auto& [s, p] : small) CHECK_FALSE(pool.owns(p));
+  for (auto& [s, p] : large) CHECK_FALSE(pool.owns(p));
+  alignas(256) static char foreign[256];
+  CHECK_FALSE(pool.owns(foreign));
+  pool.check_invariants();
+  for (auto* s : {&a, &b, &c}) s->synchronize();
+}
+
+TEST_CASE("stream_pool: check_invariants() sees one consistent state while threads use their own streams",
+          "[stream_pool][threads]") {
+  host_pool pool;
+  // Many heap blocks make the check's walk long, so the bin traffic below overlaps it.
+  std::vector<void*> held;
+  for (int i = 0; i < 4000; ++i) held.push_back(pool.allocate_sync(32 * KiB));
+  std::atomic<bool> stop{false};
+  std::atomic<std::size_t> pairs{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 2; ++t)
+    workers.emplace_back([&, t] {
+      vram::host_stream own;
+      std::size_t bytes = 256u << t;
+      while (!stop.load(std::memory_order_relaxed)) {
+        void* p = pool.allocate(own, bytes);
+        void* q = pool.allocate(own, bytes);
+        pool.deallocate(own, q, bytes);
+        pool.deallocate(own, p, bytes);
+        pairs.fetch_add(1, std::memory_order_relaxed);
+      }
+      own.synchronize();
+    });
+  std::size_t failures = 0, checks = 0;
+  std::string first_failure;
+  // Enough checks that the bin traffic overlaps them (each check takes every lock in turn).
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
+       std::chrono::steady_clock::now() < until || pairs.load() < 1000; ++checks) {
+    try {
+      pool.check_invariants();
+    } catch (const std::logic_error& e) {
+      if (failures++ == 0) first_failure = e.what();
+    }
+  }
+  stop = true;
+  for (auto& w : workers) w.join();
+  INFO(first_failure);
+  CHECK(failures == 0);
+  CHECK(checks > 10);
+  pool.check_invariants();
+  for (void* p : held) pool.deallocate_sync(p, 32 * KiB);
+  CHECK(pool.stats().live_bytes == 0);
 }

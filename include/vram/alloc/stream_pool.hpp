@@ -253,14 +253,15 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     return release_locked();
   }
 
-  /// True when `p` is a live allocation of this pool.
+  /// True when `p` is a live allocation of this pool, on any stream.
   [[nodiscard]] bool owns(const void* p) const {
     auto addr = reinterpret_cast<std::uintptr_t>(p);
     std::lock_guard lock(heap_mutex_);
     if (const_cast<live_map&>(heap_live_).find(addr)) return true;
     bool found = false;
     for_each_lane([&](lane& l) {
-      block** b = found ? nullptr : l.live.find(addr);
+      if (found) return;  // a block is in one lane's map at most
+      block** b = l.live.find(addr);
       found = b != nullptr && !(*b)->cached;
     });
     return found;
@@ -275,11 +276,14 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   /// Verifies the structures: every reserved byte is in exactly one block, blocks tile their
   /// chunks, the free index, the live maps and the bins agree with the blocks, no two adjacent
   /// free blocks with the same stream key. Throws std::logic_error. Full walk under VRAM_DEBUG,
-  /// the counter equation otherwise.
+  /// the counter equation otherwise. May be called while other threads use the pool: it holds
+  /// the heap mutex and every lane's lock for the whole check, so it sees one consistent state
+  /// (those threads wait for it, on their bin paths too).
   void check_invariants() const {
     std::lock_guard lock(heap_mutex_);
+    all_lanes_held lanes(lane_list_);
     auto fail = [](const char* what) { throw std::logic_error(std::string("stream_pool invariant: ") + what); };
-    vram::stats st = stats_locked();  // free bytes: reserved minus live, by construction
+    vram::stats st = stats_locked(lanes);  // free bytes: reserved minus live, by construction
     if (st.live_bytes > st.reserved_bytes) fail("live above reserved");
     if (st.peak_live_bytes < st.live_bytes || st.peak_reserved_bytes < st.reserved_bytes) fail("peak below current");
 #if VRAM_DEBUG
@@ -324,7 +328,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     }
     if (reserved != reserved_) fail("chunk sizes != reserved");
     std::size_t lane_live = 0, lane_cached = 0;
-    for_each_lane([&](lane& l) {
+    lanes.each([&](lane& l) {
       std::size_t in_map_cached = 0, requested = 0, live_in_lane = 0;
       l.live.for_each([&](std::uintptr_t a, block* b) {
         if (b->addr != a || b->state != block_state::lane || b->booked != &l) fail("lane live map");
@@ -691,6 +695,28 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     }
   }
 
+  /// Every lane's lock, held together for as long as it lives (a view no bin path can change
+  /// mid-way). Taken in lane_list_ order after the heap mutex; no other path holds two lane
+  /// locks, so the order cannot deadlock. Pre: heap_mutex_ held for its whole life.
+  class all_lanes_held {
+   public:
+    explicit all_lanes_held(const std::vector<lane*>& lanes) noexcept : lanes_(lanes) {
+      for (lane* l : lanes_) l->mutex.lock();
+    }
+    ~all_lanes_held() {
+      for (lane* l : lanes_) l->mutex.unlock();
+    }
+    all_lanes_held(const all_lanes_held&) = delete;
+    all_lanes_held& operator=(const all_lanes_held&) = delete;
+    template <class F>
+    void each(F&& f) const {
+      for (lane* l : lanes_) f(*l);
+    }
+
+   private:
+    const std::vector<lane*>& lanes_;
+  };
+
   /// Moves every cached block back to the heap (pre: heap_mutex_ held).
   void flush_lanes() noexcept {
     for_each_lane([&](lane& l) {
@@ -749,7 +775,16 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     l.books.unbook(b->size, b->requested);
   }
 
-  vram::stats stats_locked() const {
+  vram::stats stats_locked() const {  // pre: heap_mutex_ held
+    return stats_over([&](auto&& f) { for_each_lane(f); });
+  }
+  vram::stats stats_locked(const all_lanes_held& lanes) const {  // pre: heap_mutex_ and every lane held
+    return stats_over([&](auto&& f) { lanes.each(f); });
+  }
+
+  /// The figures, with `each_lane(f)` calling f on every lane under its lock (pre: heap_mutex_ held).
+  template <class EachLane>
+  vram::stats stats_over(EachLane&& each_lane) const {
     vram::stats st;
     st.live_bytes = heap_ledger_.live;
     st.requested_bytes = heap_ledger_.requested;
@@ -763,7 +798,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       st.free_blocks += info.index.size();
       if (const block* b = info.index.largest()) st.largest_free_block = std::max(st.largest_free_block, b->size);
     }
-    for_each_lane([&](lane& l) {
+    each_lane([&](lane& l) {
       ledger books = l.net();
       st.live_bytes += books.live;
       peak_live += books.peak_live;
