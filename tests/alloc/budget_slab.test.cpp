@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -431,4 +433,205 @@ TEST_CASE("budget_slab: a thread's cache goes back to the slabs when it exits", 
   slab.deallocate_sync(a, 32 * KiB);
   slab.deallocate_sync(b, 32 * KiB);
   slab.check_invariants();
+}
+
+namespace {
+
+/// A Spill source whose frees wait at a gate (as a slow cudaFreeHost does), holding its memory
+/// until they return; it records the most it ever held at once.
+struct gated_spill {
+  struct gate {
+    std::mutex m;
+    std::condition_variable cv;
+    bool closed = false;
+    std::size_t waiting = 0;
+    std::size_t held = 0, peak = 0;
+  };
+  std::shared_ptr<gate> g = std::make_shared<gate>();
+  vram::host_source host;
+  std::chrono::microseconds free_time{0};  // how long a free holds the memory once past the gate
+
+  void* allocate_sync(std::size_t bytes, std::size_t align = vram::default_alignment) {
+    void* p = host.allocate_sync(bytes, align);
+    std::lock_guard lock(g->m);
+    g->held += bytes;
+    g->peak = std::max(g->peak, g->held);
+    return p;
+  }
+  void deallocate_sync(void* p, std::size_t bytes, std::size_t align = vram::default_alignment) noexcept {
+    std::unique_lock lock(g->m);
+    ++g->waiting;
+    g->cv.notify_all();
+    g->cv.wait(lock, [&] { return !g->closed; });
+    --g->waiting;
+    lock.unlock();
+    std::this_thread::sleep_for(free_time);  // still held: a slow free
+    lock.lock();
+    host.deallocate_sync(p, bytes, align);
+    g->held -= bytes;
+  }
+  void* allocate(vram::stream_ref, std::size_t bytes, std::size_t align = vram::default_alignment) {
+    return allocate_sync(bytes, align);
+  }
+  void deallocate(vram::stream_ref, void* p, std::size_t bytes, std::size_t align = vram::default_alignment) noexcept {
+    deallocate_sync(p, bytes, align);
+  }
+  void close() {
+    std::lock_guard lock(g->m);
+    g->closed = true;
+  }
+  void open() {
+    {
+      std::lock_guard lock(g->m);
+      g->closed = false;
+    }
+    g->cv.notify_all();
+  }
+  void wait_for_a_free() {
+    std::unique_lock lock(g->m);
+    g->cv.wait(lock, [&] { return g->waiting != 0; });
+  }
+  [[nodiscard]] std::size_t peak() const {
+    std::lock_guard lock(g->m);
+    return g->peak;
+  }
+  friend bool operator==(const gated_spill& a, const gated_spill& b) noexcept { return a.g == b.g; }
+};
+
+/// A Device that refuses alignments above 256 B (as cuda_device_source does) and hands out
+/// bases 256 B past a 64 KiB boundary.
+struct misaligned_device {
+  static constexpr std::size_t page = 64 * KiB;
+  std::shared_ptr<std::atomic<std::size_t>> live = std::make_shared<std::atomic<std::size_t>>(0);
+
+  void* allocate_sync(std::size_t bytes, std::size_t align = vram::default_alignment) {
+    if (align > vram::default_alignment) vram::detail::throw_invalid_argument("misaligned_device", "alignment above 256 B");
+    auto* base = static_cast<char*>(::operator new(bytes + page, std::align_val_t{page}));
+    live->fetch_add(1);
+    return base + vram::default_alignment;
+  }
+  void deallocate_sync(void* p, std::size_t, std::size_t = vram::default_alignment) noexcept {
+    ::operator delete(static_cast<char*>(p) - vram::default_alignment, std::align_val_t{page});
+    live->fetch_sub(1);
+  }
+  void* allocate(vram::stream_ref, std::size_t bytes, std::size_t align = vram::default_alignment) {
+    return allocate_sync(bytes, align);
+  }
+  void deallocate(vram::stream_ref, void* p, std::size_t bytes, std::size_t align = vram::default_alignment) noexcept {
+    deallocate_sync(p, bytes, align);
+  }
+  friend bool operator==(const misaligned_device& a, const misaligned_device& b) noexcept { return a.live == b.live; }
+};
+
+}  // namespace
+
+TEST_CASE("budget_slab: the spill budget holds while Spill is still freeing", "[budget_slab][threads]") {
+  gated_spill spill;
+  vram::budget_slab<vram::host_source, gated_spill> slab(vram::host_source{}, spill,
+                                                         {.device_budget = 1 * MiB, .spill_budget = 8 * MiB});
+  void* a = slab.allocate_sync(8 * MiB);  // beyond the device budget: the whole spill budget
+  REQUIRE(slab.residency(a) == vram::residency::host);
+  spill.close();
+  std::thread freeing([&] { slab.deallocate_sync(a, 8 * MiB); });
+  spill.wait_for_a_free();
+  // a's memory is not back in Spill yet: a spill now would make Spill hold twice the budget.
+  auto before = slab.stats();
+  CHECK_THROWS_AS(slab.allocate_sync(8 * MiB), vram::out_of_memory);
+  CHECK(slab.stats().live_bytes == before.live_bytes);  // nothing changed but the OOM count
+  CHECK(slab.stats().ooms == before.ooms + 1);
+  spill.open();
+  freeing.join();
+  void* b = slab.allocate_sync(8 * MiB);  // back in Spill: the budget is free again
+  CHECK(slab.residency(b) == vram::residency::host);
+  slab.deallocate_sync(b, 8 * MiB);
+  CHECK(spill.peak() == 8 * MiB);
+  slab.check_invariants();
+}
+
+TEST_CASE("budget_slab: racing spills and slow spill frees never make Spill hold more than the budget",
+          "[budget_slab][threads]") {
+  gated_spill spill;  // open, but each free holds its memory a while
+  spill.free_time = std::chrono::microseconds(100);
+  constexpr std::size_t budget = 4 * MiB, block = 2 * MiB;  // two live at once, four threads
+  vram::budget_slab<vram::host_source, gated_spill> slab(vram::host_source{}, spill,
+                                                         {.device_budget = 64 * KiB, .spill_budget = budget});
+  std::atomic<std::size_t> served{0}, refused{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) {
+        try {
+          void* p = slab.allocate_sync(block);
+          served.fetch_add(1);
+          std::this_thread::yield();
+          slab.deallocate_sync(p, block);
+        } catch (const vram::out_of_memory&) {
+          refused.fetch_add(1);
+        }
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK(served.load() > 0);
+  CHECK(spill.peak() <= budget);  // the source's own record of what it held at every instant
+  CHECK(slab.stats().spilled_bytes == 0);
+  slab.check_invariants();
+}
+
+TEST_CASE("budget_slab: a free with another size of the block's class keeps requested_bytes exact",
+          "[budget_slab][threads]") {
+  vram::test::misuse_capture capture;
+  slab_t slab(make_device(), vram::host_source{}, {.device_budget = 1 * MiB});
+  void* p = slab.allocate_sync(300);  // class 512, from the slab
+  slab.deallocate_sync(p, 500);       // class 512 too: accepted, into this thread's cache
+  CHECK(slab.stats().requested_bytes == 0);
+  slab.check_invariants();
+  void* q = slab.allocate_sync(400);  // the cached block again, for 400
+  CHECK(q == p);
+  CHECK(slab.stats().requested_bytes == 400);
+  slab.deallocate_sync(q, 257);
+  CHECK(slab.stats().requested_bytes == 0);
+  slab.check_invariants();
+  // A block served by another thread's cache with another size, that thread then exiting (its
+  // cache flushed and folded), the block freed here.
+  void* r = nullptr;
+  std::thread([&] {
+    void* x = slab.allocate_sync(300);
+    slab.deallocate_sync(x, 500);
+    r = slab.allocate_sync(480);  // from this thread's cache
+  }).join();
+  CHECK(slab.stats().requested_bytes == 480);
+  slab.check_invariants();
+  slab.deallocate_sync(r, 300);
+  CHECK(slab.stats().requested_bytes == 0);
+  CHECK(slab.stats().peak_requested_bytes >= 480);
+  slab.check_invariants();
+  CHECK(capture.count() == 0);
+}
+
+TEST_CASE("budget_slab: every page of the budget is usable; a Device that cannot align costs one page",
+          "[budget_slab]") {
+  for (std::size_t pages : {1u, 2u, 16u}) {
+    vram::budget_slab<vram::host_source, vram::host_source> slab(vram::host_source{}, vram::host_source{},
+                                                                 {.device_budget = pages * 64 * KiB});
+    CHECK(slab.device_budget() == pages * 64 * KiB);
+    void* p = slab.allocate_sync(256);
+    CHECK(slab.residency(p) == vram::residency::device);
+    slab.deallocate_sync(p, 256);
+    slab.check_invariants();
+  }
+  misaligned_device device;
+  {
+    vram::budget_slab<misaligned_device, vram::host_source> slab(device, vram::host_source{},
+                                                                 {.device_budget = 16 * 64 * KiB});
+    CHECK(slab.device_budget() == 15 * 64 * KiB);
+    void* p = slab.allocate_sync(256);
+    CHECK(slab.residency(p) == vram::residency::device);
+    slab.deallocate_sync(p, 256);
+    slab.check_invariants();
+  }
+  CHECK(device.live->load() == 0);
+  CHECK_THROWS_AS((vram::budget_slab<misaligned_device, vram::host_source>(device, vram::host_source{},
+                                                                            {.device_budget = 64 * KiB})),
+                  vram::invalid_argument);
+  CHECK(device.live->load() == 0);  // the refused reservation went back
 }

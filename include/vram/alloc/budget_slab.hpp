@@ -18,6 +18,7 @@
 #include <vram/core/alignment.hpp>
 #include <vram/core/concepts.hpp>
 #include <vram/core/config.hpp>
+#include <vram/core/error.hpp>
 #include <vram/core/error_handler.hpp>
 #include <vram/core/event.hpp>
 #include <vram/core/observer.hpp>
@@ -84,8 +85,9 @@ using default_spill_source = host_source;
 /// Thread safety: all members may be called concurrently (one spin lock around the
 /// bookkeeping, and the thread caches above; Spill is called and the pressure callback runs
 /// outside the lock). The device budget cannot be exceeded even transiently (it is a single
-/// reservation), and the spill budget is charged before Spill is called, so concurrent spills
-/// cannot overshoot it.
+/// reservation), and the spill budget is charged before Spill is called and released only
+/// after Spill has a freed block back, so neither concurrent spills nor a slow spill free
+/// (cudaFreeHost) can overshoot it: a spill that needs room still being freed is refused.
 /// Stats: exact once the threads that use the slab are quiet (counts, live and requested
 /// bytes, spills); while they run, stats() adds each thread cache's counters as last written.
 /// Peaks (peak_live_bytes, peak_requested_bytes) are kept under the lock, which counts cached
@@ -104,8 +106,9 @@ using default_spill_source = host_source;
 /// spilled pointer freed twice) is reported and changes nothing. Each block has an atomic
 /// state (free, live, cached), so a second free of a block that sits in any thread's cache is
 /// caught too (two frees of one block racing each other on two threads are not). The size check on the
-/// device is per size class (the class of the size given must be the block's class); runs
-/// and spilled blocks check the exact size.
+/// device is per size class (the class of the size given must be the block's class; the
+/// size recorded at allocation is what leaves requested_bytes); runs and spilled blocks
+/// check the exact size.
 template <class Device, class Spill = default_spill_source, class Observer = no_observer>
   requires resource<Device> && resource<Spill>
 class budget_slab {
@@ -119,20 +122,32 @@ class budget_slab {
     std::size_t reserve = align_down(options.device_budget, ds::page_bytes);
     if (reserve == 0) detail::throw_invalid_argument(name(), "device_budget must be at least one page (64 KiB)");
     if (reserve > max_request_bytes) detail::throw_invalid_argument(name(), "absurd device_budget");
-    reservation_ = static_cast<char*>(device_.allocate_sync(reserve, default_alignment));
+    // Pages must start page-aligned, so every class block and run is aligned to its size up
+    // to a page. The reservation is asked for at page alignment; a Device that refuses that
+    // alignment (cuda_device_source: 256 B) is asked at its default, and if its base is not
+    // page-aligned the pages start at the first aligned address: the budget loses one page.
+    reservation_align_ = ds::page_bytes;
+    try {
+      reservation_ = static_cast<char*>(device_.allocate_sync(reserve, reservation_align_));
+    } catch (const vram::invalid_argument&) {
+      reservation_align_ = default_alignment;
+      reservation_ = static_cast<char*>(device_.allocate_sync(reserve, reservation_align_));
+    }
     reservation_bytes_ = reserve;
-    // Pages start at the first page-aligned address, so every class block and run is aligned
-    // to its size up to a page; an unaligned base costs the budget less than one page.
     auto raw = reinterpret_cast<std::uintptr_t>(reservation_);
     base_ = reservation_ + (align_up(raw, ds::page_bytes) - raw);
     page_count_ = (reserve - static_cast<std::size_t>(base_ - reservation_)) / ds::page_bytes;
+    if (page_count_ == 0) {
+      device_.deallocate_sync(reservation_, reservation_bytes_, reservation_align_);
+      detail::throw_invalid_argument(name(), "device_budget of one page on a Device whose base is not 64 KiB-aligned");
+    }
     try {
       pages_.resize(page_count_);
       blocks_.resize(page_count_);
       class_tag_ = std::make_unique<std::atomic<std::uint8_t>[]>(page_count_);
-      if (page_count_ != 0) runs_.give(0, page_count_);
+      runs_.give(0, page_count_);
     } catch (...) {
-      device_.deallocate_sync(reservation_, reservation_bytes_, default_alignment);
+      device_.deallocate_sync(reservation_, reservation_bytes_, reservation_align_);
       throw;
     }
     partial_.fill(ds::none);
@@ -166,7 +181,7 @@ class budget_slab {
       report_misuse({misuse::live_at_destruction, name(), nullptr, s.live_bytes, 0});
     for (auto& [p, e] : spilled_) spill_.deallocate_sync(p, e.bytes, e.align);
     observer_.on_release(reservation_, reservation_bytes_);
-    device_.deallocate_sync(reservation_, reservation_bytes_, default_alignment);
+    device_.deallocate_sync(reservation_, reservation_bytes_, reservation_align_);
   }
 
   [[nodiscard]] static constexpr const char* name() noexcept { return "budget_slab"; }
@@ -261,7 +276,6 @@ class budget_slab {
       }
       e = it->second;
       spilled_.erase(it);
-      spill_charged_ -= bytes;
       counters_.spilled_bytes -= bytes;
       counters_.live_bytes -= bytes;
       counters_.requested_bytes -= bytes;
@@ -269,7 +283,11 @@ class budget_slab {
       ++counters_.total_deallocations;
       ++counters_.upstream_deallocations;
     }
+    // The charge is released once Spill has the memory back (a pinned free is slow): until
+    // then the block still counts against the spill budget, so no instant exceeds it.
     spill_.deallocate_sync(p, e.bytes, e.align);
+    std::lock_guard lock(lock_);
+    spill_charged_ -= bytes;
   }
 
  public:
@@ -316,12 +334,15 @@ class budget_slab {
   }
 
   /// Verifies pages, slabs, runs, lists and totals; throws std::logic_error. Under VRAM_DEBUG.
+  /// Exact when the threads that use the slab are quiet: their caches change without the
+  /// lock, so a check while they run may see a state no single instant had.
   void check_invariants() const {
 #if VRAM_DEBUG
     namespace ds = detail::slab;
     std::lock_guard lock(lock_);
     std::vector<char> covered(page_count_, 0);  // 1 free, 2 slab, 3 run
     std::size_t device_live = 0, free_blocks = 0, live_blocks = 0, cached_bytes = 0;
+    std::size_t counted = 0, requested = 0;  // what counters_ holds; what the callers asked for
     for (auto [first, n] : runs_.by_address()) {
       if (first + n > page_count_) fail("a free run leaves the budget");
       for (std::size_t i = first; i < first + n; ++i) {
@@ -358,6 +379,8 @@ class budget_slab {
           auto st = blocks_[i]->state[k].load();
           if ((st != ds::block_state::free) != bit(pg, k)) fail("a block's state disagrees with its bitmap bit");
           if (st == ds::block_state::cached) cached_bytes += cb;
+          if (st != ds::block_state::free) counted += blocks_[i]->counted[k];
+          if (st == ds::block_state::live) requested += blocks_[i]->requested[k].load();
         }
         covered[i] = 2;
       } else if (pg.type == page::kind::run_head && covered[i] == 0) {
@@ -368,6 +391,8 @@ class budget_slab {
           covered[k] = 3;
         }
         device_live += pg.run_pages * ds::page_bytes;
+        counted += pg.requested;
+        requested += pg.requested;
         ++live_blocks;
       }
     }
@@ -395,6 +420,8 @@ class budget_slab {
       fail("total_allocations - total_deallocations != device blocks + spilled blocks");
     if (counters_.peak_live_bytes < counters_.live_bytes || counters_.peak_requested_bytes < counters_.requested_bytes)
       fail("a live total above its peak");
+    if (counted + spilled != counters_.requested_bytes) fail("requested_bytes != the sizes counted for the blocks");
+    if (requested + spilled != snapshot_locked().requested_bytes) fail("requested bytes != the live blocks' requests");
 #endif
   }
 
@@ -444,7 +471,11 @@ class budget_slab {
   /// counters_ with the derived fields filled in. Pre: lock held.
   [[nodiscard]] vram::stats snapshot_locked() const noexcept {
     vram::stats s = counters_;
+    s.requested_bytes += requested_carried_;
     for (const auto& c : caches_) add_cache_counters(s, *c);
+    // The peaks are kept over counters_ (see the class comment): never below the current figures.
+    s.peak_live_bytes = std::max(s.peak_live_bytes, s.live_bytes);
+    s.peak_requested_bytes = std::max(s.peak_requested_bytes, s.requested_bytes);
     s.live_allocations = s.total_allocations - s.total_deallocations;
     s.free_bytes = device_budget() - (s.live_bytes - s.spilled_bytes);
     return s;
@@ -507,7 +538,9 @@ class budget_slab {
     void* p = c->blocks[cls][n - 1];
     c->set_count(cls, n - 1);
     auto [i, off] = locate(p);
-    blocks_[i]->state[off >> ds::class_shift(cls)].store(ds::block_state::live, std::memory_order_relaxed);
+    const std::size_t k = off >> ds::class_shift(cls);
+    blocks_[i]->state[k].store(ds::block_state::live, std::memory_order_relaxed);
+    blocks_[i]->requested[k].store(static_cast<std::uint16_t>(bytes), std::memory_order_relaxed);
     ds::owner_add(c->requested_bytes, bytes);
     ds::owner_add(c->allocations, std::size_t{1});
     return p;
@@ -537,7 +570,7 @@ class budget_slab {
     const std::size_t n = c->count(cls);
     c->blocks[cls][n] = p;
     c->set_count(cls, n + 1);
-    ds::owner_add(c->requested_bytes, std::size_t{0} - bytes);
+    ds::owner_add(c->requested_bytes, std::size_t{0} - blocks_[i]->requested[k].load(std::memory_order_relaxed));
     return true;
   }
 
@@ -551,14 +584,14 @@ class budget_slab {
     const std::size_t cb = ds::class_bytes(cls);
     for (std::size_t j = 0; j < n; ++j) {
       auto [i, off] = locate(c.blocks[cls][j]);
-      const std::size_t k = off >> ds::class_shift(cls), requested = blocks_[i]->requested[k];
+      const std::size_t k = off >> ds::class_shift(cls), counted = blocks_[i]->counted[k];
       release_block(i, k);
       // The block leaves the slab's counters (which counted it live) and the cache's (which
       // counted its free): the sums stay what the callers did.
       counters_.live_bytes -= cb;
-      counters_.requested_bytes -= requested;
+      counters_.requested_bytes -= counted;
       ++counters_.total_deallocations;
-      ds::owner_add(c.requested_bytes, requested);
+      ds::owner_add(c.requested_bytes, counted);
     }
     std::copy(c.blocks[cls] + n, c.blocks[cls] + c.count(cls), c.blocks[cls]);
     c.set_count(cls, c.count(cls) - n);
@@ -583,11 +616,14 @@ class budget_slab {
     auto& slab = *static_cast<budget_slab*>(self);
     std::lock_guard lock(slab.lock_);
     for (std::size_t cls = 0; cls < detail::slab::class_count; ++cls) slab.flush_cache_locked(c, cls, c.count(cls));
-    add_cache_counters(slab.counters_, c);
+    // Emptied: what it changed is its allocations (each one a deallocation too) and its
+    // requested bytes, which go to requested_carried_ (counters_ keeps what the bitmaps hold).
+    const std::size_t allocations = c.allocations.load(std::memory_order_relaxed);
+    slab.counters_.total_allocations += allocations;
+    slab.counters_.total_deallocations += allocations;
+    slab.requested_carried_ += c.requested_bytes.load(std::memory_order_relaxed);
     c.requested_bytes.store(0, std::memory_order_relaxed);  // folded: the destructor may still add this cache
     c.allocations.store(0, std::memory_order_relaxed);
-    slab.counters_.peak_live_bytes = std::max(slab.counters_.peak_live_bytes, slab.counters_.live_bytes);
-    slab.counters_.peak_requested_bytes = std::max(slab.counters_.peak_requested_bytes, slab.counters_.requested_bytes);
     std::erase_if(slab.caches_, [&](const auto& e) { return e.get() == &c; });
     c.slab = nullptr;
   }
@@ -605,7 +641,8 @@ class budget_slab {
       }
     }
     blocks_[i]->state[k].store(ds::block_state::live, std::memory_order_relaxed);
-    blocks_[i]->requested[k] = static_cast<std::uint16_t>(bytes);
+    blocks_[i]->requested[k].store(static_cast<std::uint16_t>(bytes), std::memory_order_relaxed);
+    blocks_[i]->counted[k] = static_cast<std::uint16_t>(bytes);
     if (++pg.used == ds::class_blocks(cls)) unlink(cls, i);
     --free_class_blocks_;
     note_device_alloc(ds::class_bytes(cls), bytes);
@@ -686,7 +723,11 @@ class budget_slab {
       std::size_t need = std::max(bytes, align);
       if (need > ds::max_class || ds::class_of(need) != pg.cls)
         return report_misuse({misuse::wrong_size, name(), p, bytes, cb});
-      note_device_free(cb, bytes);
+      // The counters hold `counted`; the caller's request may differ if a thread cache served
+      // the block again since: the difference was counted by that cache and stays carried.
+      const std::size_t counted = blocks_[i]->counted[k];
+      note_device_free(cb, counted);
+      requested_carried_ += counted - blocks_[i]->requested[k].load(std::memory_order_relaxed);
       release_block(i, k);
       return;
     }
@@ -728,12 +769,14 @@ class budget_slab {
       spill_charged_ -= bytes;
       throw;
     }
-    std::lock_guard lock(lock_);
+    std::unique_lock lock(lock_);
     try {
       spilled_.emplace(p, spill_entry{bytes, align});
-    } catch (...) {
-      spill_charged_ -= bytes;
+    } catch (...) {  // no room to record it: give it back (outside the lock), then the charge
+      lock.unlock();
       spill_.deallocate_sync(p, bytes, align);
+      lock.lock();
+      spill_charged_ -= bytes;
       throw;
     }
     ++counters_.spills;
@@ -790,6 +833,7 @@ class budget_slab {
 
   char* reservation_ = nullptr;  // what Device gave: reservation_bytes_ bytes
   std::size_t reservation_bytes_ = 0;
+  std::size_t reservation_align_ = 0;  // the alignment it was asked for (and is given back with)
   char* base_ = nullptr;         // the first page: page-aligned, inside the reservation
   std::size_t page_count_ = 0;   // base_ + page_count_ * page_bytes <= reservation_ + reservation_bytes_
 
@@ -808,9 +852,15 @@ class budget_slab {
   std::size_t spill_budget_;
   std::size_t spill_charged_ = 0;  // spilled_bytes + spills in flight <= spill_budget_ (unless lowered)
   // live_bytes == device blocks allocated in the bitmaps (cached ones too) + spilled_bytes;
+  // requested_bytes == sum of `counted` over the bitmaps' blocks + runs' requests + spilled_bytes;
   // reserved_bytes == device_budget() + spilled_bytes. stats() adds the caches' counters.
   // free_bytes == device_budget() - device blocks
   vram::stats counters_{};
+  // Requested bytes counted outside counters_ (modular, like the caches' counters): retired
+  // caches' counts, and for blocks a cache served again with another size and then freed
+  // under the lock, counted - requested. Exactly: the callers' live requests ==
+  // counters_.requested_bytes + requested_carried_ + the caches' requested_bytes.
+  std::size_t requested_carried_ = 0;
 };
 
 static_assert(resource<budget_slab<host_source, host_source>>);

@@ -36,12 +36,19 @@ enum class block_state : std::uint8_t {
   cached = 2,  // in a thread cache: allocated in the bitmap, free to the caller (a free of it is a double free)
 };
 
-/// Per slab page (made when the page first becomes a slab, kept after): each block's state,
-/// read and written by the thread caches without the lock, and the size its allocation from
-/// the slab named (under the lock only: a flush moves exactly that back out of the counters).
+/// Per slab page (made when the page first becomes a slab, kept after), for each block:
+/// - state: read and written by the thread caches without the lock;
+/// - requested: the caller's size while it is live, written where it is handed out (from the
+///   slab under the lock, from a thread cache by the taking thread) and read where it is freed
+///   (a free of another size of its class is accepted: the recorded size is what leaves the
+///   counts); atomic because check_invariants() reads it while caches run;
+/// - counted: the size the slab's counters hold for it, from its allocation from the slab
+///   until it goes back into the bitmap (under the lock only), so a flush or a locked free
+///   takes exactly that out of them, whatever sizes the caches served the block with since.
 struct slab_blocks {
   std::atomic<block_state> state[max_blocks] = {};
-  std::uint16_t requested[max_blocks] = {};
+  std::atomic<std::uint16_t> requested[max_blocks] = {};
+  std::uint16_t counted[max_blocks] = {};
 };
 static_assert(max_class <= 0xffff, "a class block's request fits in 16 bits");
 
@@ -59,8 +66,9 @@ inline void owner_add(std::atomic<T>& a, T d) noexcept {
 ///   allocations:  allocations (blocks handed out from the cache)
 ///   deallocations: allocations + held_blocks() (every block put in was taken out, is still in,
 ///                  or was flushed, and a flush moves its free to the slab's counters)
-///   requested bytes: requested_bytes (taken out: +request; put in: -request; flushed: +the
-///                  request the slab counted, which the flush takes off the slab's counters)
+///   requested bytes: requested_bytes (taken out: +request; put in: -the block's recorded
+///                  request; flushed: +the request the slab counted, which the flush takes off
+///                  the slab's counters)
 ///   count(cls) <= cache_depth(cls);  blocks[cls][0, count(cls)) are in the cached state
 struct thread_cache {
   void* blocks[class_count][cache_max_depth] = {};
