@@ -460,6 +460,35 @@ TEST_CASE("activation_arena: a pointer from before reset() is use_after_reset", 
   CHECK(capture.count() == 3);
 }
 
+TEST_CASE("activation_arena: a second free of this step's block is double_free, before and after a reset()",
+          "[activation_arena]") {
+  vram::test::misuse_capture capture;
+  auto a = make_arena(64 * KiB);
+  for (int step = 0; step < 3; ++step) {  // step 0 in a new chunk; steps 1 and 2 in the chunk kept by reset()
+    void* top = a.allocate_sync(1000);
+    a.deallocate_sync(top, 1000);
+    auto after = state(a);
+    a.deallocate_sync(top, 1000);  // popped: above the top, below the step's high-water
+    CHECK(capture.count(vram::misuse::double_free) == static_cast<std::size_t>(step + 1));
+    CHECK(state(a) == after);
+    a.check_invariants();
+    a.reset();
+  }
+  CHECK(a.chunk_count() == 1);
+  // Above this step's high-water in a kept chunk: a pointer of an ended step.
+  void* low = a.allocate_sync(256);
+  void* high = a.allocate_sync(4 * KiB);
+  a.deallocate_sync(high, 4 * KiB);
+  a.deallocate_sync(low, 256);
+  a.reset();
+  (void)a.allocate_sync(256);
+  a.deallocate_sync(high, 4 * KiB);
+  CHECK(capture.count(vram::misuse::use_after_reset) == 1);
+  CHECK(capture.count() == 4);
+  a.reset();
+  a.check_invariants();
+}
+
 TEST_CASE("activation_arena: bound to one stream", "[activation_arena]") {
   vram::host_stream bound, other;
   auto a = make_arena(64 * KiB, bound);

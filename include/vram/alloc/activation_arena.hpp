@@ -487,12 +487,15 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     }
     std::size_t k = c.find(p);
     if (k == c.blocks.size() || c.blocks[k].gap()) {
-      // Not a block of this step. In a chunk that lived through a reset it is most likely a
-      // pointer of an ended step; otherwise a second free (in the free space above the top) or
-      // an interior pointer.
-      misuse kind = c.born != epoch_ ? misuse::use_after_reset
-                    : static_cast<char*>(p) >= c.top ? misuse::double_free
-                                      : misuse::foreign_pointer;
+      // Not a block of this step. Above the top but below the step's high-water, the address
+      // was handed out in this step and its space came back: a second free (an address cannot
+      // tell two steps apart, so this holds in a chunk kept through a reset too). Otherwise, in
+      // a chunk that lived through a reset it is most likely a pointer of an ended step; in a
+      // chunk of this step, an interior pointer or one never handed out.
+      const bool freed_this_step = static_cast<char*>(p) >= c.top && static_cast<char*>(p) < c.base + c.high;
+      misuse kind = freed_this_step ? misuse::double_free
+                    : c.born != epoch_ ? misuse::use_after_reset
+                                       : misuse::foreign_pointer;
       report_misuse({kind, name(), p, bytes, 0});
       return;
     }
