@@ -239,6 +239,55 @@ TEST_CASE("faulty_source: forwards properties and contiguous growth", "[reliabil
   CHECK(f.granularity() == 4096);
 }
 
+TEST_CASE("faulty_source: over a contiguous upstream, frees of merged or partial ranges are un-charged",
+          "[reliability]") {
+  vram::test::misuse_capture capture;
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  faulty_device f(recorded_device(vram::simulated_device_source(
+                      vram::simulated_device_options{.capacity = 64 * MiB, .granularity = 2 * MiB, .contiguous = true})),
+                  {.byte_budget = 16 * MiB});
+  auto* a = static_cast<char*>(f.allocate_sync(2 * MiB));
+  auto* b = static_cast<char*>(f.allocate_sync(2 * MiB));
+  auto* c = static_cast<char*>(f.allocate_sync(6 * MiB));
+  REQUIRE((b == a + 2 * MiB && c == b + 2 * MiB));  // the simulated device hands out adjacent ranges
+  CHECK(f.live_bytes() == 10 * MiB);
+  f.deallocate_sync(c + 4 * MiB, 4 * MiB);  // runs past the end of c: not all live, no count changes
+  CHECK(f.live_bytes() == 10 * MiB);
+  f.deallocate_sync(a, 2 * MiB);            // one range, exactly
+  CHECK(f.live_bytes() == 8 * MiB);
+  f.deallocate_sync(c + 2 * MiB, 2 * MiB);  // the middle of c: c keeps a head and a tail
+  CHECK(f.live_bytes() == 6 * MiB);
+  f.deallocate_sync(a, 2 * MiB);            // a second free: not live here
+  CHECK(f.live_bytes() == 6 * MiB);
+  f.deallocate_sync(b, 4 * MiB);            // b and c's head, across two ranges
+  CHECK(f.live_bytes() == 2 * MiB);
+  f.deallocate_sync(c + 4 * MiB, 2 * MiB);  // c's tail
+  CHECK(f.live_bytes() == 0);
+  CHECK(f.upstream().inner().stats().reserved_bytes == 0);  // the device agrees
+  CHECK(capture.count() == 2);  // reported by the device: the overrun and the second free
+}
+
+TEST_CASE("faulty_source: a pool's release over a contiguous upstream gives its byte budget back", "[reliability]") {
+  vram::test::misuse_capture capture;
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  faulty_device f(recorded_device(vram::simulated_device_source(
+                      vram::simulated_device_options{.capacity = 64 * MiB, .granularity = 2 * MiB, .contiguous = true})),
+                  {.byte_budget = 8 * MiB});
+  vram::stream_pool<faulty_device> pool(f);
+  for (int round = 0; round < 4; ++round) {
+    void* x = pool.allocate_sync(1 * MiB);
+    void* y = pool.allocate_sync(3 * MiB);  // grows in place: one chunk of two upstream ranges
+    pool.deallocate_sync(x, 1 * MiB);
+    pool.deallocate_sync(y, 3 * MiB);
+    CHECK(pool.release() == 4 * MiB);
+    CHECK(f.live_bytes() == 0);
+    CHECK(f.upstream().counters().live_bytes == 0);
+    pool.check_invariants();
+  }
+  CHECK(f.failures() == 0);
+  CHECK(capture.count() == 0);
+}
+
 TEST_CASE("fault sweep: stream_pool over host memory", "[reliability][fault]") {
   // initial_size: a fault may also hit the constructor's first growth.
   fault_sweep(faulty_host(recorded_host{}), [](faulty_host f) {

@@ -8,7 +8,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
+#include <iterator>
+#include <map>
 #include <utility>
 
 #include <vram/core/alignment.hpp>
@@ -42,13 +43,18 @@ struct fault_plan {
 /// (they are forwarded as they are, so the upstream decides). Deallocation never fails.
 /// Counting: allocations() counts every non-zero allocation call (failed ones included),
 /// failures() the injected failures, live_bytes() the bytes live through this source (each
-/// live block is recorded, so a misused free — foreign pointer, double free, wrong size —
-/// changes no count here and is passed on for the upstream to report).
+/// live range is recorded, so a misused free — foreign pointer, double free, wrong size —
+/// changes no count here and is passed on for the upstream to report). Over a contiguous
+/// upstream (contiguous() true), a free may name any piece of live memory, across ranges
+/// handed out separately (a pool that grew in place and merged them gives them back so):
+/// the piece is un-charged when every byte of it is live here; otherwise a free must name
+/// exactly one range it handed out.
 /// Thread safety: all members may be called concurrently (one small mutex, taken twice per
 /// allocation and once per free; the plan, the counters and the table are shared by copies).
 /// Streams, alignment, properties: those of the upstream, which is held by value and owned;
 /// contiguous() / granularity() are forwarded when the upstream has them (pools grow in place).
-/// Complexity: O(1) (expected; one hash-map update) plus the upstream's.
+/// Complexity: O(log n) in the live ranges (an ordered map; a free over a contiguous
+/// upstream also walks the ranges it covers) plus the upstream's.
 template <class Upstream>
   requires resource<Upstream>
 class faulty_source : public forward_properties<faulty_source<Upstream>, Upstream> {
@@ -127,20 +133,76 @@ class faulty_source : public forward_properties<faulty_source<Upstream>, Upstrea
     fault_plan plan;
     std::size_t calls_since_plan = 0;
     std::uint64_t random = 1;
-    // live_bytes == sum of live's sizes + bytes of calls admitted and still in the upstream
-    std::unordered_map<const void*, std::size_t> live;
+    // live_bytes == sum of live's sizes + bytes of calls admitted and still in the upstream;
+    // live: disjoint ranges, address -> size
+    std::map<std::uintptr_t, std::size_t> live;
     std::atomic<std::size_t> allocations{0}, failures{0}, live_bytes{0};
   };
 
-  /// Un-charges a block given back with its size. A pointer or size this source did not hand
-  /// out changes nothing here (the upstream reports the misuse).
+  /// Un-charges memory given back. A pointer or size this source did not hand out changes
+  /// nothing here (the upstream reports the misuse).
   void forget(void* p, std::size_t bytes) noexcept {
     if (p == nullptr) return;
     std::lock_guard lock(state_->mutex);
-    auto it = state_->live.find(p);
-    if (it == state_->live.end() || it->second != bytes) return;
-    state_->live.erase(it);
-    state_->live_bytes.fetch_sub(bytes);
+    auto& live = state_->live;
+    const auto addr = reinterpret_cast<std::uintptr_t>(p);
+    if (auto it = live.find(addr); it != live.end() && it->second == bytes) {
+      live.erase(it);
+      state_->live_bytes.fetch_sub(bytes);
+      return;
+    }
+    if (!upstream_contiguous() || bytes == 0 || addr + bytes < addr) return;
+    forget_piece(addr, addr + bytes);
+  }
+
+  /// Over a contiguous upstream: un-charges [from, to) if every byte of it is live here, cutting
+  /// the ranges it begins and ends in. Pre: mutex held.
+  void forget_piece(std::uintptr_t from, std::uintptr_t to) noexcept {
+    auto& live = state_->live;
+    auto first = live.upper_bound(from);
+    if (first == live.begin()) return;
+    --first;  // the range that holds `from`, if any
+    auto last = first;
+    for (std::uintptr_t at = from;;) {  // the ranges must tile [from, to) without a hole
+      if (last == live.end() || last->first > at || last->first + last->second <= at) return;
+      at = last->first + last->second;
+      if (at >= to) break;
+      ++last;
+    }
+    const std::uintptr_t head_start = first->first, tail_end = last->first + last->second;
+    if (head_start < from && tail_end > to && first == last) {
+      // A piece strictly inside one range: the range keeps its head, and its tail needs a new
+      // entry; without memory for it the free is not un-charged (counts stay as they were).
+      try {
+        live.emplace(to, tail_end - to);
+      } catch (...) {
+        return;
+      }
+      first->second = from - head_start;
+    } else {
+      const bool one_range = first == last;
+      auto erase_to = std::next(last);
+      if (tail_end > to) {  // the last range keeps its tail: re-key its node (no allocation)
+        auto node = live.extract(last);
+        node.key() = to;
+        node.mapped() = tail_end - to;
+        erase_to = live.insert(std::move(node)).position;
+      }
+      auto erase_from = first;
+      if (one_range && tail_end > to) {
+        erase_from = erase_to;  // that range was `first` (and keeps no head: head_start == from)
+      } else if (head_start < from) {  // the first range keeps its head
+        first->second = from - head_start;
+        erase_from = std::next(first);
+      }
+      live.erase(erase_from, erase_to);
+    }
+    state_->live_bytes.fetch_sub(to - from);
+  }
+
+  bool upstream_contiguous() const noexcept {
+    if constexpr (has_contiguous_growth<Upstream>) return upstream_.contiguous();
+    else return false;
   }
 
   /// A call the plan applies to: valid and non-empty (the rest is the upstream's business).
@@ -178,7 +240,7 @@ class faulty_source : public forward_properties<faulty_source<Upstream>, Upstrea
         return p;
       }
       std::lock_guard lock(state_->mutex);
-      state_->live.emplace(p, bytes);
+      state_->live.emplace(reinterpret_cast<std::uintptr_t>(p), bytes);
     } catch (...) {
       if (p != nullptr) upstream_.deallocate_sync(p, bytes, align);  // the table could not grow: give it back
       state_->live_bytes.fetch_sub(bytes);
