@@ -109,6 +109,8 @@ class statistics_adaptor : public forward_properties<statistics_adaptor<Upstream
     requires has_release<Upstream>
   { return upstream_.release(); }
 
+  /// Per-tenant live bytes sum to the total (under VRAM_DEBUG). Exact when no other thread is
+  /// allocating through the adaptor: the counters are per-thread shards written without a lock.
   void check_invariants() const {
 #if VRAM_DEBUG
     if (!counters_->consistent()) throw std::logic_error("statistics_adaptor: per-tenant live bytes do not sum to the total");
