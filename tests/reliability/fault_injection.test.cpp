@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <streambuf>
@@ -265,6 +266,45 @@ TEST_CASE("faulty_source: over a contiguous upstream, frees of merged or partial
   CHECK(f.live_bytes() == 0);
   CHECK(f.upstream().inner().stats().reserved_bytes == 0);  // the device agrees
   CHECK(capture.count() == 2);  // reported by the device: the overrun and the second free
+}
+
+namespace {
+/// Host memory whose free first runs a hook, while it still holds the block (a slow free).
+struct hooked_free_source {
+  vram::host_source host;
+  std::shared_ptr<std::function<void()>> during_free = std::make_shared<std::function<void()>>();
+  void* allocate_sync(std::size_t b, std::size_t a = vram::default_alignment) { return host.allocate_sync(b, a); }
+  void deallocate_sync(void* p, std::size_t b, std::size_t a = vram::default_alignment) noexcept {
+    if (*during_free) (*during_free)();
+    host.deallocate_sync(p, b, a);
+  }
+  void* allocate(vram::stream_ref, std::size_t b, std::size_t a = vram::default_alignment) { return allocate_sync(b, a); }
+  void deallocate(vram::stream_ref, void* p, std::size_t b, std::size_t a = vram::default_alignment) noexcept {
+    deallocate_sync(p, b, a);
+  }
+  friend bool operator==(const hooked_free_source& x, const hooked_free_source& y) noexcept {
+    return x.during_free == y.during_free;
+  }
+};
+}  // namespace
+
+TEST_CASE("faulty_source: the byte budget holds while the upstream is still freeing", "[reliability]") {
+  vram::faulty_source<hooked_free_source> f(hooked_free_source{}, {.byte_budget = 1000});
+  void* a = f.allocate_sync(1000);
+  bool refused = false;
+  *f.upstream().during_free = [&] {  // a's bytes are still in the upstream: no room yet
+    try {
+      f.deallocate_sync(f.allocate_sync(1000), 1000);
+    } catch (const vram::out_of_memory&) {
+      refused = true;
+    }
+  };
+  f.deallocate_sync(a, 1000);
+  CHECK(refused);
+  *f.upstream().during_free = nullptr;
+  CHECK(f.live_bytes() == 0);
+  f.deallocate_sync(f.allocate_sync(1000), 1000);  // once back: the budget is free
+  CHECK(f.live_bytes() == 0);
 }
 
 TEST_CASE("faulty_source: a pool's release over a contiguous upstream gives its byte budget back", "[reliability]") {

@@ -48,7 +48,8 @@ struct fault_plan {
 /// upstream (contiguous() true), a free may name any piece of live memory, across ranges
 /// handed out separately (a pool that grew in place and merged them gives them back so):
 /// the piece is un-charged when every byte of it is live here; otherwise a free must name
-/// exactly one range it handed out.
+/// exactly one range it handed out. A free is un-charged after the upstream has the memory
+/// back, so the byte budget holds at every instant.
 /// Thread safety: all members may be called concurrently (one small mutex, taken twice per
 /// allocation and once per free; the plan, the counters and the table are shared by copies).
 /// Streams, alignment, properties: those of the upstream, which is held by value and owned;
@@ -94,8 +95,9 @@ class faulty_source : public forward_properties<faulty_source<Upstream>, Upstrea
     return commit(bytes, align, [&] { return upstream_.allocate(s, bytes, align); });
   }
   void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
-    forget(p, bytes);
+    std::size_t charged = forget(p, bytes);
     upstream_.deallocate(s, p, bytes, align);
+    state_->live_bytes.fetch_sub(charged);  // after the upstream has it: the budget holds at every instant
   }
   void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) {
     if (!counts(bytes, align)) return upstream_.allocate_sync(bytes, align);
@@ -103,8 +105,9 @@ class faulty_source : public forward_properties<faulty_source<Upstream>, Upstrea
     return commit(bytes, align, [&] { return upstream_.allocate_sync(bytes, align); });
   }
   void deallocate_sync(void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
-    forget(p, bytes);
+    std::size_t charged = forget(p, bytes);
     upstream_.deallocate_sync(p, bytes, align);
+    state_->live_bytes.fetch_sub(charged);
   }
 
   [[nodiscard]] bool contiguous() const noexcept
@@ -133,38 +136,39 @@ class faulty_source : public forward_properties<faulty_source<Upstream>, Upstrea
     fault_plan plan;
     std::size_t calls_since_plan = 0;
     std::uint64_t random = 1;
-    // live_bytes == sum of live's sizes + bytes of calls admitted and still in the upstream;
+    // live_bytes == sum of live's sizes + bytes of calls admitted and not yet recorded + bytes
+    // of frees removed from `live` whose upstream call has not returned;
     // live: disjoint ranges, address -> size
     std::map<std::uintptr_t, std::size_t> live;
     std::atomic<std::size_t> allocations{0}, failures{0}, live_bytes{0};
   };
 
-  /// Un-charges memory given back. A pointer or size this source did not hand out changes
-  /// nothing here (the upstream reports the misuse).
-  void forget(void* p, std::size_t bytes) noexcept {
-    if (p == nullptr) return;
+  /// Removes memory given back from the live ranges and returns the bytes to un-charge (once
+  /// the upstream has them back). A pointer or size this source did not hand out changes
+  /// nothing here and returns 0 (the upstream reports the misuse).
+  std::size_t forget(void* p, std::size_t bytes) noexcept {
+    if (p == nullptr) return 0;
     std::lock_guard lock(state_->mutex);
     auto& live = state_->live;
     const auto addr = reinterpret_cast<std::uintptr_t>(p);
     if (auto it = live.find(addr); it != live.end() && it->second == bytes) {
       live.erase(it);
-      state_->live_bytes.fetch_sub(bytes);
-      return;
+      return bytes;
     }
-    if (!upstream_contiguous() || bytes == 0 || addr + bytes < addr) return;
-    forget_piece(addr, addr + bytes);
+    if (!upstream_contiguous() || bytes == 0 || addr + bytes < addr) return 0;
+    return forget_piece(addr, addr + bytes);
   }
 
-  /// Over a contiguous upstream: un-charges [from, to) if every byte of it is live here, cutting
-  /// the ranges it begins and ends in. Pre: mutex held.
-  void forget_piece(std::uintptr_t from, std::uintptr_t to) noexcept {
+  /// Over a contiguous upstream: removes [from, to) if every byte of it is live here, cutting
+  /// the ranges it begins and ends in; returns its size, or 0. Pre: mutex held.
+  std::size_t forget_piece(std::uintptr_t from, std::uintptr_t to) noexcept {
     auto& live = state_->live;
     auto first = live.upper_bound(from);
-    if (first == live.begin()) return;
+    if (first == live.begin()) return 0;
     --first;  // the range that holds `from`, if any
     auto last = first;
     for (std::uintptr_t at = from;;) {  // the ranges must tile [from, to) without a hole
-      if (last == live.end() || last->first > at || last->first + last->second <= at) return;
+      if (last == live.end() || last->first > at || last->first + last->second <= at) return 0;
       at = last->first + last->second;
       if (at >= to) break;
       ++last;
@@ -176,7 +180,7 @@ class faulty_source : public forward_properties<faulty_source<Upstream>, Upstrea
       try {
         live.emplace(to, tail_end - to);
       } catch (...) {
-        return;
+        return 0;
       }
       first->second = from - head_start;
     } else {
@@ -197,7 +201,7 @@ class faulty_source : public forward_properties<faulty_source<Upstream>, Upstrea
       }
       live.erase(erase_from, erase_to);
     }
-    state_->live_bytes.fetch_sub(to - from);
+    return to - from;
   }
 
   bool upstream_contiguous() const noexcept {
