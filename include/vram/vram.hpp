@@ -12,6 +12,7 @@
 #include <vram/core/host_stream.hpp>
 #include <vram/core/observer.hpp>
 #include <vram/core/properties.hpp>
+#include <vram/core/ref.hpp>
 #include <vram/core/resource_ref.hpp>
 #include <vram/core/stats.hpp>
 #include <vram/core/stream_ref.hpp>

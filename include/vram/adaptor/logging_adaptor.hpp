@@ -16,6 +16,7 @@
 #include <vram/core/concepts.hpp>
 #include <vram/core/error.hpp>
 #include <vram/core/tenant.hpp>
+#include <vram/detail/adaptor_base.hpp>
 #include <vram/detail/adaptor_rmm_csv.hpp>
 #include <vram/detail/throw.hpp>
 #include <vram/detail/tracker_records.hpp>
@@ -30,14 +31,18 @@ namespace vram {
 /// tenant in scope at the free. Nothing is validated: the upstream reports misuse.
 /// Thread safety: thread-safe (one mutex around each line). Streams, alignment: the
 /// upstream's. Upstream: held by value; copies share the log. The log is flushed by flush()
-/// and when the last copy is destroyed. Complexity: O(1) plus the write.
+/// and when the last copy is destroyed. Capabilities: those of adaptor_base (stats, release,
+/// owns, try_allocate, check_invariants pass through). Complexity: O(1) plus the write.
 template <class Upstream>
-class logging_adaptor : public forward_properties<logging_adaptor<Upstream>, Upstream> {
+class logging_adaptor : public detail::adaptor_base<logging_adaptor<Upstream>, Upstream> {
+  using base = detail::adaptor_base<logging_adaptor<Upstream>, Upstream>;
+  using base::upstream_;
+
  public:
   /// Logs to the file at `path` (truncated). Throws invalid_argument when it cannot be opened.
   logging_adaptor(Upstream upstream, const std::string& path,
                   std::shared_ptr<const tenant_registry> registry = tenant_registry::global())
-      : upstream_(std::move(upstream)), state_(std::make_shared<state>(std::move(registry))) {
+      : base(std::move(upstream)), state_(std::make_shared<state>(std::move(registry))) {
     state_->file = std::make_unique<std::ofstream>(path, std::ios::trunc);
     if (!*state_->file) detail::throw_invalid_argument(name(), "cannot open the log file");
     state_->out = state_->file.get();
@@ -46,7 +51,7 @@ class logging_adaptor : public forward_properties<logging_adaptor<Upstream>, Ups
   /// Logs to `out`, which must outlive every copy of this adaptor.
   logging_adaptor(Upstream upstream, std::ostream& out,
                   std::shared_ptr<const tenant_registry> registry = tenant_registry::global())
-      : upstream_(std::move(upstream)), state_(std::make_shared<state>(std::move(registry))) {
+      : base(std::move(upstream)), state_(std::make_shared<state>(std::move(registry))) {
     state_->out = &out;
     out << detail::rmm_csv_header;
   }
@@ -80,16 +85,6 @@ class logging_adaptor : public forward_properties<logging_adaptor<Upstream>, Ups
     state_->out->flush();
   }
 
-  [[nodiscard]] vram::stats stats() const
-    requires has_stats<Upstream>
-  { return upstream_.stats(); }
-  std::size_t release()
-    requires has_release<Upstream>
-  { return upstream_.release(); }
-
-  [[nodiscard]] Upstream& upstream() noexcept { return upstream_; }
-  [[nodiscard]] const Upstream& upstream() const noexcept { return upstream_; }
-
   friend bool operator==(const logging_adaptor& a, const logging_adaptor& b) {
     return a.state_ == b.state_ && a.upstream_ == b.upstream_;
   }
@@ -120,7 +115,6 @@ class logging_adaptor : public forward_properties<logging_adaptor<Upstream>, Ups
     }
   }
 
-  [[no_unique_address]] Upstream upstream_;
   std::shared_ptr<state> state_;
 };
 

@@ -19,6 +19,7 @@
 #include <vram/core/error_handler.hpp>
 #include <vram/core/observer.hpp>
 #include <vram/core/tenant.hpp>
+#include <vram/detail/adaptor_base.hpp>
 #include <vram/detail/adaptor_pointer_map.hpp>
 #include <vram/detail/adaptor_throw.hpp>
 #include <vram/detail/throw.hpp>
@@ -52,16 +53,21 @@ using soft_limit_callback = std::function<void(tenant t, std::size_t soft_limit,
 /// the stream later reaches the free.
 /// Upstream: held by value; copies share limits and usage. Observer: told of every successful
 /// allocation (after usage was reserved), every deallocation and every refusal.
+/// Capabilities: owns() from its records; release, try_allocate (a refusal gives nullptr) and
+/// the upstream's check_invariants pass through (adaptor_base); stats() adds the upstream's.
 /// Complexity: O(depth of the tenant) atomics + one sharded hash-map update per operation.
 template <class Upstream, class Observer = no_observer>
-class quota_adaptor : public forward_properties<quota_adaptor<Upstream, Observer>, Upstream> {
+class quota_adaptor : public detail::adaptor_base<quota_adaptor<Upstream, Observer>, Upstream> {
+  using base = detail::adaptor_base<quota_adaptor<Upstream, Observer>, Upstream>;
+  using base::upstream_;
+
  public:
   static constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
 
   explicit quota_adaptor(Upstream upstream = Upstream{},
                          std::shared_ptr<const tenant_registry> registry = tenant_registry::global(),
                          Observer observer = Observer{})
-      : upstream_(std::move(upstream)), observer_(std::move(observer)),
+      : base(std::move(upstream)), observer_(std::move(observer)),
         state_(std::make_shared<state>(std::move(registry))) {}
 
   [[nodiscard]] static constexpr const char* name() noexcept { return "quota_adaptor"; }
@@ -179,13 +185,13 @@ class quota_adaptor : public forward_properties<quota_adaptor<Upstream, Observer
     return s;
   }
 
-  std::size_t release()
-    requires has_release<Upstream>
-  { return upstream_.release(); }
+  /// True when `p` is live through this adaptor (from its records, whatever the upstream has).
+  [[nodiscard]] bool owns(const void* p) const { return state_->pointers.find(p).has_value(); }
 
-  /// Verifies (when no other thread is allocating): every tenant's usage equals its own live
-  /// bytes plus its children's usage; the recorded pointers sum to the total live bytes.
-  void check_invariants() const {
+  /// check_invariants()'s own part (exact when no other thread is allocating): every tenant's
+  /// usage equals its own live bytes plus its children's usage; the recorded pointers sum to
+  /// the total live bytes.
+  void check_own_invariants() const {
 #if VRAM_DEBUG
     const auto& reg = *state_->registry;
     std::size_t n = reg.size();
@@ -210,8 +216,6 @@ class quota_adaptor : public forward_properties<quota_adaptor<Upstream, Observer
 #endif
   }
 
-  [[nodiscard]] Upstream& upstream() noexcept { return upstream_; }
-  [[nodiscard]] const Upstream& upstream() const noexcept { return upstream_; }
   [[nodiscard]] Observer& observer() noexcept { return observer_; }
 
   friend bool operator==(const quota_adaptor& a, const quota_adaptor& b) {
@@ -322,7 +326,6 @@ class quota_adaptor : public forward_properties<quota_adaptor<Upstream, Observer
     }
   }
 
-  [[no_unique_address]] Upstream upstream_;
   [[no_unique_address]] Observer observer_;
   std::shared_ptr<state> state_;
 };

@@ -16,6 +16,7 @@
 
 #include <vram/core/concepts.hpp>
 #include <vram/core/error.hpp>
+#include <vram/detail/adaptor_base.hpp>
 
 namespace vram {
 
@@ -46,12 +47,17 @@ struct retry_options {
 /// Thread safety: as the upstream; callbacks may run on several threads at once (they are
 /// the caller's to make safe). Registering callbacks is thread-safe.
 /// Streams, alignment: those of the upstream. Upstream: held by value; copies share options
-/// and callbacks. Complexity: the upstream's, plus callbacks on the failure path only.
+/// and callbacks. Capabilities: those of adaptor_base (stats, release, owns, check_invariants
+/// pass through; try_allocate retries like allocate). Complexity: the upstream's, plus
+/// callbacks on the failure path only.
 template <class Upstream>
-class retry_adaptor : public forward_properties<retry_adaptor<Upstream>, Upstream> {
+class retry_adaptor : public detail::adaptor_base<retry_adaptor<Upstream>, Upstream> {
+  using base = detail::adaptor_base<retry_adaptor<Upstream>, Upstream>;
+  using base::upstream_;
+
  public:
   explicit retry_adaptor(Upstream upstream = Upstream{}, retry_options options = {})
-      : upstream_(std::move(upstream)), state_(std::make_shared<state>()) {
+      : base(std::move(upstream)), state_(std::make_shared<state>()) {
     state_->options = std::move(options);
   }
 
@@ -106,16 +112,6 @@ class retry_adaptor : public forward_properties<retry_adaptor<Upstream>, Upstrea
   /// Bytes the callbacks reported reclaiming.
   [[nodiscard]] std::size_t reclaimed_bytes() const noexcept { return state_->reclaimed.load(std::memory_order_relaxed); }
 
-  [[nodiscard]] vram::stats stats() const
-    requires has_stats<Upstream>
-  { return upstream_.stats(); }
-  std::size_t release()
-    requires has_release<Upstream>
-  { return upstream_.release(); }
-
-  [[nodiscard]] Upstream& upstream() noexcept { return upstream_; }
-  [[nodiscard]] const Upstream& upstream() const noexcept { return upstream_; }
-
   friend bool operator==(const retry_adaptor& a, const retry_adaptor& b) {
     return a.state_ == b.state_ && a.upstream_ == b.upstream_;
   }
@@ -164,7 +160,6 @@ class retry_adaptor : public forward_properties<retry_adaptor<Upstream>, Upstrea
     }
   }
 
-  [[no_unique_address]] Upstream upstream_;
   std::shared_ptr<state> state_;
 };
 

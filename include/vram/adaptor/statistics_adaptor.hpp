@@ -11,6 +11,7 @@
 #include <vram/core/error.hpp>
 #include <vram/core/error_handler.hpp>
 #include <vram/core/tenant.hpp>
+#include <vram/detail/adaptor_base.hpp>
 #include <vram/detail/adaptor_counters.hpp>
 
 namespace vram {
@@ -30,15 +31,20 @@ namespace vram {
 /// Thread safety: as the upstream; the counters themselves are thread-safe.
 /// Streams, alignment: those of the upstream (forwarded unchanged).
 /// Upstream: held by value. Copies share the counters and compare equal when the upstreams do.
-/// Misuse: a pointer the upstream does not own (when the upstream can tell, `owns`) is not
-/// counted; the upstream reports it. A free the upstream refuses (it reports misuse, e.g. a
-/// wrong size) leaves the counters as they were.
+/// Misuse: a free the upstream refuses (it reports the misuse through the error handler: a
+/// foreign pointer, a double free, a wrong size) leaves the counters as they were; every vram
+/// resource reports so. An upstream that frees foreign pointers silently gets them counted.
+/// Capabilities: those of adaptor_base (release, owns, try_allocate, check_invariants pass
+/// through); stats() adds the upstream's (reserved bytes, free blocks) to the counters here.
 /// Complexity: O(1) per operation; stats() is O(shards x max_tenants).
 template <class Upstream>
-class statistics_adaptor : public forward_properties<statistics_adaptor<Upstream>, Upstream> {
+class statistics_adaptor : public detail::adaptor_base<statistics_adaptor<Upstream>, Upstream> {
+  using base = detail::adaptor_base<statistics_adaptor<Upstream>, Upstream>;
+  using base::upstream_;
+
  public:
   explicit statistics_adaptor(Upstream upstream = Upstream{})
-      : upstream_(std::move(upstream)), counters_(std::make_shared<detail::adaptor_counters>()) {}
+      : base(std::move(upstream)), counters_(std::make_shared<detail::adaptor_counters>()) {}
 
   [[nodiscard]] static constexpr const char* name() noexcept { return "statistics_adaptor"; }
 
@@ -63,12 +69,13 @@ class statistics_adaptor : public forward_properties<statistics_adaptor<Upstream
   void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align, tenant t) noexcept {
     if (p == nullptr) return;
     // Counted before the upstream frees, so a thread that gets the same memory next cannot
-    // count it first (a false peak); taken back if the upstream refuses the free (wrong size).
-    bool counted = counts(p);
-    if (counted) counters_->on_deallocate(t, bytes);
+    // count it first (a false peak); taken back if the upstream refuses the free (it reports
+    // the misuse on this thread: a foreign pointer, a double free, a wrong size). No owns()
+    // query: over a pool that would cost a lock per free.
+    counters_->on_deallocate(t, bytes);
     std::uint64_t reports = detail::misuse_reports_on_this_thread();
     upstream_.deallocate(s, p, bytes, align);
-    if (counted && detail::misuse_reports_on_this_thread() != reports) [[unlikely]]
+    if (detail::misuse_reports_on_this_thread() != reports) [[unlikely]]
       counters_->undo_deallocate(t, bytes);
   }
 
@@ -104,40 +111,20 @@ class statistics_adaptor : public forward_properties<statistics_adaptor<Upstream
   /// Starts the peak again from the current live bytes (e.g. at the start of each step).
   void reset_peak() noexcept { counters_->reset_peak(); }
 
-  /// Passes release() through to the upstream when it has one.
-  std::size_t release()
-    requires has_release<Upstream>
-  { return upstream_.release(); }
-
-  /// Per-tenant live bytes sum to the total (under VRAM_DEBUG). Exact when no other thread is
-  /// allocating through the adaptor: the counters are per-thread shards written without a lock.
-  void check_invariants() const {
+  /// check_invariants()'s own part: per-tenant live bytes sum to the total (under VRAM_DEBUG).
+  /// Exact when no other thread is allocating through the adaptor: the counters are
+  /// per-thread shards written without a lock.
+  void check_own_invariants() const {
 #if VRAM_DEBUG
     if (!counters_->consistent()) throw std::logic_error("statistics_adaptor: per-tenant live bytes do not sum to the total");
 #endif
   }
-
-  [[nodiscard]] Upstream& upstream() noexcept { return upstream_; }
-  [[nodiscard]] const Upstream& upstream() const noexcept { return upstream_; }
 
   friend bool operator==(const statistics_adaptor& a, const statistics_adaptor& b) {
     return a.counters_ == b.counters_ && a.upstream_ == b.upstream_;
   }
 
  private:
-  bool counts(const void* p) const noexcept {
-    if constexpr (has_owns<Upstream>) {
-      try {
-        return upstream_.owns(p);
-      } catch (...) {
-        return true;
-      }
-    } else {
-      return true;
-    }
-  }
-
-  [[no_unique_address]] Upstream upstream_;
   std::shared_ptr<detail::adaptor_counters> counters_;
 };
 

@@ -24,6 +24,7 @@
 #include <vram/core/event.hpp>
 #include <vram/core/tag_scope.hpp>
 #include <vram/core/tenant.hpp>
+#include <vram/detail/adaptor_base.hpp>
 #include <vram/detail/throw.hpp>
 #include <vram/detail/tracker_export.hpp>
 #include <vram/detail/tracker_records.hpp>
@@ -48,12 +49,17 @@ namespace vram {
 /// nothing (the upstream is not called).
 /// OOM: an out_of_memory from the upstream is recorded (oom event), dumped to
 /// oom_dump_path when set, and rethrown unchanged.
+/// Capabilities: owns() from its records; release, try_allocate and the upstream's
+/// check_invariants pass through (adaptor_base); stats() adds the upstream's.
 /// Complexity: O(1) expected per operation (hash map); snapshot() O(n log n).
 template <class Upstream>
-class tracker_adaptor : public forward_properties<tracker_adaptor<Upstream>, Upstream> {
+class tracker_adaptor : public detail::adaptor_base<tracker_adaptor<Upstream>, Upstream> {
+  using base = detail::adaptor_base<tracker_adaptor<Upstream>, Upstream>;
+  using base::upstream_;
+
  public:
   explicit tracker_adaptor(Upstream upstream = Upstream{}, tracker_options options = {})
-      : upstream_(std::move(upstream)), state_(std::make_shared<detail::tracker_state>(std::move(options), name())) {}
+      : base(std::move(upstream)), state_(std::make_shared<detail::tracker_state>(std::move(options), name())) {}
 
   [[nodiscard]] static constexpr const char* name() noexcept { return "tracker_adaptor"; }
 
@@ -147,11 +153,14 @@ class tracker_adaptor : public forward_properties<tracker_adaptor<Upstream>, Ups
     return s;
   }
 
-  std::size_t release()
-    requires has_release<Upstream>
-  { return upstream_.release(); }
+  /// True when `p` is live through this adaptor (from its records, whatever the upstream has).
+  [[nodiscard]] bool owns(const void* p) const {
+    std::lock_guard lock(state_->mutex);
+    return state_->live.contains(p);
+  }
 
-  void check_invariants() const {
+  /// check_invariants()'s own part: the records agree with the counters.
+  void check_own_invariants() const {
 #if VRAM_DEBUG
     std::lock_guard lock(state_->mutex);
     std::size_t sum = 0;
@@ -162,8 +171,6 @@ class tracker_adaptor : public forward_properties<tracker_adaptor<Upstream>, Ups
 #endif
   }
 
-  [[nodiscard]] Upstream& upstream() noexcept { return upstream_; }
-  [[nodiscard]] const Upstream& upstream() const noexcept { return upstream_; }
   [[nodiscard]] const tracker_options& options() const noexcept { return state_->options; }
 
   friend bool operator==(const tracker_adaptor& a, const tracker_adaptor& b) {
@@ -171,7 +178,6 @@ class tracker_adaptor : public forward_properties<tracker_adaptor<Upstream>, Ups
   }
 
  private:
-  [[no_unique_address]] Upstream upstream_;
   std::shared_ptr<detail::tracker_state> state_;
 };
 
