@@ -11,6 +11,7 @@
 #include <vram/core/event.hpp>
 #include <vram/core/host_stream.hpp>
 #include <vram/core/observer.hpp>
+#include <vram/core/observers.hpp>
 #include <vram/core/properties.hpp>
 #include <vram/core/ref.hpp>
 #include <vram/core/resource_ref.hpp>

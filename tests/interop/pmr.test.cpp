@@ -15,7 +15,7 @@ using namespace vram;
 TEST_CASE("pmr vector and string over a stream_pool on host_source", "[interop][pmr]") {
   stream_pool<host_source> pool(host_source{}, stream_pool_options{.growth_step = std::size_t{1} << 20});
   pmr_resource mr{pool};
-  static_assert(std::is_same_v<decltype(mr), pmr_resource<resource_ref<host_accessible>>>);
+  static_assert(std::is_same_v<decltype(mr), pmr_resource<ref_t<stream_pool<host_source>>>>);
   {
     std::pmr::vector<int> v(&mr);
     for (int i = 0; i < 10000; ++i) v.push_back(i);

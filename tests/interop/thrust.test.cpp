@@ -16,7 +16,7 @@ TEST_CASE("thrust_allocator serves temporary storage on its stream", "[interop][
   stream_pool<host_source> pool(host_source{}, stream_pool_options{.growth_step = std::size_t{1} << 20});
   host_stream s;
   thrust_allocator alloc(pool, s);
-  static_assert(std::is_same_v<decltype(alloc), thrust_allocator<resource_ref<>>>);
+  static_assert(std::is_same_v<decltype(alloc), thrust_allocator<ref_t<stream_pool<host_source>>>>);
   static_assert(std::is_same_v<decltype(alloc)::value_type, char>);
   CHECK(alloc.stream() == stream_ref(s));
 

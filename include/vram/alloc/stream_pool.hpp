@@ -377,6 +377,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   [[nodiscard]] const Upstream& upstream() const noexcept { return upstream_; }
   [[nodiscard]] Upstream& upstream() noexcept { return upstream_; }
   [[nodiscard]] const stream_pool_options& options() const noexcept { return options_; }
+  [[nodiscard]] Observer& observer() noexcept { return observer_; }
 
   friend bool operator==(const stream_pool& a, const stream_pool& b) noexcept { return &a == &b; }
 

@@ -26,7 +26,8 @@ template <class R>
   requires resource<R>
 class ref_t : public forward_properties<ref_t<R>, R> {
  public:
-  explicit ref_t(R& r) noexcept : r_(std::addressof(r)) {}
+  /// A reference converts implicitly (as to resource_ref), so `adaptor<ref_t<P>> a(pool)` reads naturally.
+  ref_t(R& r) noexcept : r_(std::addressof(r)) {}  // NOLINT(google-explicit-constructor)
 
   void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
     return r_->allocate(s, bytes, align);

@@ -41,6 +41,7 @@
 
 #  include <vram/core/concepts.hpp>
 #  include <vram/core/properties.hpp>
+#  include <vram/core/ref.hpp>
 #  include <vram/core/resource_ref.hpp>
 #  include <vram/core/stream_ref.hpp>
 
@@ -75,7 +76,7 @@ using interop_vram_property =
 /// vram::device_accessible / host_accessible.
 /// Alignment: `R`'s; the default alignment is 256 bytes, like cudaMalloc.
 /// Upstream: `R` held by value. Share a non-copyable pool through
-/// vram::resource_ref<device_accessible>; make_cuda_mr(pool) does that for you.
+/// vram::ref(pool); make_cuda_mr(pool) does that for you.
 /// Errors: those of `R` (vram::out_of_memory is a std::bad_alloc, as cuda::mr expects).
 /// Thread safety and complexity: those of `R`.
 template <class R>
@@ -137,16 +138,10 @@ class cuda_mr_adaptor {
 };
 
 namespace detail {
-/// What make_cuda_mr holds: a copy of copyable resources, a resource_ref to the others.
+/// What make_cuda_mr holds: a copy of copyable resources, a vram::ref to the others (which
+/// keeps their properties and capabilities).
 template <class R>
-using interop_cuda_mr_held = std::conditional_t<
-    std::is_copy_constructible_v<R>, R,
-    std::conditional_t<has_property<R, vram::device_accessible>,
-                       std::conditional_t<has_property<R, vram::host_accessible>,
-                                          resource_ref<vram::device_accessible, vram::host_accessible>,
-                                          resource_ref<vram::device_accessible>>,
-                       std::conditional_t<has_property<R, vram::host_accessible>, resource_ref<vram::host_accessible>,
-                                          resource_ref<>>>>;
+using interop_cuda_mr_held = std::conditional_t<std::is_copy_constructible_v<R>, R, ref_t<R>>;
 }  // namespace detail
 
 /// Wraps `r` for cuda::mr: copies copyable resources (sources), refers to the others (pools;

@@ -9,7 +9,7 @@
 
 #include <vram/core/concepts.hpp>
 #include <vram/core/properties.hpp>
-#include <vram/core/resource_ref.hpp>
+#include <vram/core/ref.hpp>
 
 namespace vram {
 
@@ -26,9 +26,9 @@ namespace vram {
 /// from `R` (and the matching deallocate frees 1 byte).
 /// Errors: out of memory is vram::out_of_memory, a std::bad_alloc, as pmr requires.
 /// Upstream: `R` held by value. To share a non-copyable pool (stream_pool), hold it through
-/// vram::resource_ref<host_accessible>; constructing from an lvalue deduces that for you:
+/// vram::ref(pool); constructing from an lvalue deduces that for you:
 ///   vram::stream_pool<vram::host_source> pool;
-///   vram::pmr_resource mr{pool};                // pmr_resource<resource_ref<host_accessible>>
+///   vram::pmr_resource mr{pool};                // pmr_resource<vram::ref_t<stream_pool<host_source>>>
 ///   std::pmr::vector<int> v(&mr);
 /// Equality (do_is_equal): another pmr_resource<R> whose `R` compares equal (so memory from
 /// one can be freed through the other).
@@ -70,7 +70,7 @@ namespace detail {
 /// What pmr_resource holds when given an lvalue: a copy of copyable resources (sources share
 /// their state between copies), a resource_ref to the others (pools are not copyable).
 template <class R>
-using interop_pmr_held = std::conditional_t<std::is_copy_constructible_v<R>, R, resource_ref<host_accessible>>;
+using interop_pmr_held = std::conditional_t<std::is_copy_constructible_v<R>, R, ref_t<R>>;
 }  // namespace detail
 
 template <class R>

@@ -15,7 +15,7 @@
 
 #include <vram/core/concepts.hpp>
 #include <vram/core/config.hpp>
-#include <vram/core/resource_ref.hpp>
+#include <vram/core/ref.hpp>
 #include <vram/core/stream_ref.hpp>
 #include <vram/detail/throw.hpp>
 
@@ -28,7 +28,7 @@ namespace vram {
 /// runs on (`.on(stream)`), so a stream_pool reuses it there at once without synchronizing.
 /// Use the allocator with that stream only.
 /// Alignment: 256 bytes (what thrust expects of cudaMalloc).
-/// Upstream: `R` by value; a non-copyable pool is referred to through resource_ref (the
+/// Upstream: `R` by value; a non-copyable pool is referred to through vram::ref (the
 /// constructor from an lvalue deduces that); the pool must outlive the allocator.
 /// Errors: allocate throws what `R` throws (vram::out_of_memory is a std::bad_alloc, which
 /// thrust reports as its own bad_alloc). Thread safety: that of `R`.
@@ -64,7 +64,7 @@ class thrust_allocator {
 
 namespace detail {
 template <class R>
-using interop_thrust_held = std::conditional_t<std::is_copy_constructible_v<R>, R, resource_ref<>>;
+using interop_thrust_held = std::conditional_t<std::is_copy_constructible_v<R>, R, ref_t<R>>;
 }  // namespace detail
 
 template <class R>
