@@ -168,44 +168,57 @@ TEST_CASE("quota_adaptor: misuse is reported and changes nothing", "[adaptor][qu
 }
 
 namespace {
-// Observer run on every success: checks every tenant's usage against its hard limit.
-struct limit_observer {
-  struct shared {
-    std::atomic<const vram::quota_adaptor<upstream_t, limit_observer>*> q{nullptr};
-    std::shared_ptr<vram::tenant_registry> reg;
-    std::atomic<std::size_t> checks{0}, violations{0};
-  };
-  std::shared_ptr<shared> s = std::make_shared<shared>();
-  void on_allocate(const void*, std::size_t, vram::stream_ref) noexcept {
-    auto* q = s->q.load();
-    if (q == nullptr) return;
-    for (std::uint32_t i = 0; i < s->reg->size(); ++i) {
-      vram::tenant t{i};
-      if (q->usage(t) > q->hard_limit(t)) s->violations.fetch_add(1);
+/// The test's own record of the quota race, independent of the adaptor's counters. Per tenant:
+///   held(t):   bytes the threads hold under t (added after allocate returned, taken off
+///              before deallocate): never above what the adaptor has charged, so
+///              held(t) > hard(t) at any instant proves the limit was passed;
+///   intents(t): bytes of calls in flight or held under t (added before allocate, taken off
+///              after the refusal or the free returned): never below what the adaptor has
+///              charged, so a refusal naming t while intents(t) <= hard(t) refused a request
+///              that fitted.
+/// `changes` counts every change of intents, so a refusal whose call saw no change by another
+/// thread can be checked against intents exactly as they were when it was refused.
+struct race_ledger {
+  explicit race_ledger(const vram::tenant_registry& r) : reg(r), held(r.size()), intents(r.size()) {}
+  const vram::tenant_registry& reg;
+  std::vector<std::atomic<std::size_t>> held, intents;
+  std::atomic<std::uint64_t> changes{0};
+  std::atomic<std::size_t> over_limit{0}, verified_refusals{0}, unjustified_refusals{0}, foreign_refusals{0};
+
+  template <class F>
+  void for_chain(vram::tenant leaf, F&& f) const {
+    for (vram::tenant t = leaf;;) {
+      f(t);
+      vram::tenant up;
+      if (!reg.parent(t, up)) return;
+      t = up;
     }
-    s->checks.fetch_add(1);
   }
-  void on_deallocate(const void*, std::size_t, vram::stream_ref) noexcept {}
-  void on_grow(const void*, std::size_t) noexcept {}
-  void on_release(const void*, std::size_t) noexcept {}
-  void on_out_of_memory(std::size_t, vram::stream_ref, const vram::stats&) noexcept {}
+  void intend(vram::tenant leaf, std::size_t bytes, bool add) {
+    for_chain(leaf, [&](vram::tenant t) {
+      if (add) intents[t.id].fetch_add(bytes);
+      else intents[t.id].fetch_sub(bytes);
+    });
+    changes.fetch_add(1);
+  }
 };
 }  // namespace
 
-TEST_CASE("quota_adaptor: threads racing at the limit never exceed it", "[adaptor][quota][race]") {
+TEST_CASE("quota_adaptor: threads racing at the limit never exceed it, and refuse only what does not fit",
+          "[adaptor][quota][race]") {
   tree t;
   upstream_t up;
-  limit_observer obs;
-  obs.s->reg = t.reg;
+  race_ledger ledger(*t.reg);
+  std::vector<std::size_t> hard(t.reg->size(), vram::quota_adaptor<upstream_t>::unlimited);
+  hard[t.job.id] = 16 * 1024;
+  hard[t.model_a.id] = 10 * 1024;
+  hard[t.layer.id] = 6 * 1024;
+  hard[t.model_b.id] = 10 * 1024;
   {
-    vram::quota_adaptor<upstream_t, limit_observer> q(up, t.reg, obs);
-    obs.s->q = &q;
+    vram::quota_adaptor<upstream_t> q(up, t.reg);
+    for (std::uint32_t i = 0; i < t.reg->size(); ++i) q.set_hard_limit(vram::tenant{i}, hard[i]);
     const vram::tenant leaves[] = {t.layer, t.model_a, t.model_b};
-    q.set_hard_limit(t.job, 16 * 1024);
-    q.set_hard_limit(t.model_a, 10 * 1024);
-    q.set_hard_limit(t.layer, 6 * 1024);
-    q.set_hard_limit(t.model_b, 10 * 1024);
-    std::atomic<std::size_t> refused{0}, granted{0}, bad_refusals{0};
+    std::atomic<std::size_t> refused{0}, granted{0};
     std::vector<std::thread> threads;
     for (int th = 0; th < 6; ++th)
       threads.emplace_back([&, th] {
@@ -213,32 +226,53 @@ TEST_CASE("quota_adaptor: threads racing at the limit never exceed it", "[adapto
         struct held {
           void* p;
           std::size_t bytes;
+          vram::tenant leaf;
         };
         std::vector<held> mine;
+        auto release = [&](const held& h) {
+          ledger.for_chain(h.leaf, [&](vram::tenant x) { ledger.held[x.id].fetch_sub(h.bytes); });
+          q.deallocate_sync(h.p, h.bytes);
+          ledger.intend(h.leaf, h.bytes, false);
+        };
         for (int i = 0; i < 3000; ++i) {
           if (!mine.empty() && (rng() % 2 == 0 || mine.size() > 8)) {
-            auto h = mine.back();
+            release(mine.back());
             mine.pop_back();
-            q.deallocate_sync(h.p, h.bytes);
             continue;
           }
           std::size_t bytes = 256 * (1 + rng() % 16);
+          vram::tenant leaf = leaves[rng() % 3];
+          ledger.intend(leaf, bytes, true);
+          std::uint64_t seen = ledger.changes.load();
           try {
-            mine.push_back({q.allocate(vram::stream_ref{}, bytes, 256, leaves[rng() % 3]), bytes});
+            void* p = q.allocate(vram::stream_ref{}, bytes, 256, leaf);
             granted.fetch_add(1);
-          } catch (const vram::quota_exceeded& e) {
-            if (e.usage() + e.bytes() <= e.limit()) bad_refusals.fetch_add(1);  // Catch is not thread-safe
+            ledger.for_chain(leaf, [&](vram::tenant x) {
+              if (ledger.held[x.id].fetch_add(bytes) + bytes > hard[x.id]) ledger.over_limit.fetch_add(1);
+            });
+            mine.push_back({p, bytes, leaf});
+          } catch (const vram::quota_exceeded& e) {  // Catch's macros are not thread-safe: count here
             refused.fetch_add(1);
+            bool in_chain = false;
+            ledger.for_chain(leaf, [&](vram::tenant x) { in_chain = in_chain || x.id == e.limited_tenant().id; });
+            if (!in_chain || e.limit() != hard[e.limited_tenant().id]) ledger.foreign_refusals.fetch_add(1);
+            if (ledger.changes.load() == seen) {  // nobody else moved during the call: intents are exact
+              ledger.verified_refusals.fetch_add(1);
+              if (ledger.intents[e.limited_tenant().id].load() <= hard[e.limited_tenant().id])
+                ledger.unjustified_refusals.fetch_add(1);
+            }
+            ledger.intend(leaf, bytes, false);
           }
         }
-        for (auto h : mine) q.deallocate_sync(h.p, h.bytes);
+        for (auto& h : mine) release(h);
       });
     for (auto& th : threads) th.join();
-    CHECK(refused > 0);
-    CHECK(bad_refusals == 0);
     CHECK(granted > 0);
-    CHECK(obs.s->violations == 0);
-    CHECK(obs.s->checks == granted);
+    CHECK(refused > 0);
+    CHECK(ledger.over_limit == 0);
+    CHECK(ledger.foreign_refusals == 0);
+    CHECK(ledger.verified_refusals > 0);  // the refusal check ran
+    CHECK(ledger.unjustified_refusals == 0);
     for (std::uint32_t i = 0; i < t.reg->size(); ++i) CHECK(q.usage(vram::tenant{i}) == 0);
     CHECK(q.peak_usage(t.job) <= 16 * 1024);
     CHECK(q.peak_usage(t.layer) <= 6 * 1024);
@@ -246,7 +280,7 @@ TEST_CASE("quota_adaptor: threads racing at the limit never exceed it", "[adapto
     q.check_invariants();
   }
   CHECK(up.counters().live_allocations() == 0);
-  CHECK(up.counters().peak_live_bytes <= 16 * 1024);
+  CHECK(up.counters().peak_live_bytes <= 16 * 1024);  // the upstream's own record: the job's limit
 }
 
 TEST_CASE("quota_adaptor: upstream failure rolls back every level", "[adaptor][quota]") {
