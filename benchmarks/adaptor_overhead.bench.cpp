@@ -10,6 +10,16 @@
 //   statistics_adaptor       counters in total and per tenant
 //   quota_adaptor            hierarchical reservation + per-pointer record (sharded map)
 //   tracker_adaptor          per-pointer record with tenant/tag + event ring, one mutex
+//
+// And over the real allocator a user stacks them on: stream_pool<host_source>'s bin path (a
+// 256-byte pair on the default stream), each adaptor over vram::ref(pool), and the three
+// stacked. An adaptor's cost is its figure minus pool/bare from the same run.
+//
+//   pool/bare                       the pool alone
+//   pool/statistics_adaptor         statistics_adaptor{vram::ref(pool)}
+//   pool/quota_adaptor              quota_adaptor over the pool, two levels
+//   pool/tracker_adaptor            tracker_adaptor over the pool
+//   pool/statistics+quota+tracker   tracker{quota{statistics{ref(pool)}}}
 #include <benchmark/benchmark.h>
 
 #include <array>
@@ -21,7 +31,10 @@
 #include <vram/adaptor/quota_adaptor.hpp>
 #include <vram/adaptor/statistics_adaptor.hpp>
 #include <vram/adaptor/tracker_adaptor.hpp>
+#include <vram/alloc/stream_pool.hpp>
 #include <vram/core/observer.hpp>
+#include <vram/core/ref.hpp>
+#include <vram/source/host_source.hpp>
 
 namespace {
 
@@ -126,6 +139,55 @@ void tracker(benchmark::State& state) {
   pair_loop(state, r);
 }
 
+// ---- over stream_pool -------------------------------------------------------------------
+
+using pool_t = vram::stream_pool<vram::host_source>;
+
+/// Two levels of tenants with limits far above the loop's needs, the inner one in scope.
+struct two_level_quota {
+  std::shared_ptr<vram::tenant_registry> reg = std::make_shared<vram::tenant_registry>();
+  vram::tenant job = reg->create("job");
+  vram::tenant model = reg->create("model", job);
+  template <class Q>
+  void limit(Q& q) const {
+    q.set_hard_limit(job, std::size_t{1} << 30);
+    q.set_hard_limit(model, std::size_t{1} << 30);
+  }
+};
+
+void pool_bare(benchmark::State& state) {
+  pool_t pool;
+  pair_loop(state, pool);
+}
+void pool_statistics(benchmark::State& state) {
+  pool_t pool;
+  vram::statistics_adaptor r{vram::ref(pool)};
+  vram::tenant_scope scope(vram::tenant::none());
+  pair_loop(state, r);
+}
+void pool_quota(benchmark::State& state) {
+  pool_t pool;
+  two_level_quota t;
+  vram::quota_adaptor r{vram::ref(pool), t.reg};
+  t.limit(r);
+  vram::tenant_scope scope(t.model);
+  pair_loop(state, r);
+}
+void pool_tracker(benchmark::State& state) {
+  pool_t pool;
+  vram::tracker_adaptor r{vram::ref(pool)};
+  pair_loop(state, r);
+}
+void pool_stack(benchmark::State& state) {
+  pool_t pool;
+  two_level_quota t;
+  vram::tracker_adaptor r{vram::quota_adaptor{vram::statistics_adaptor{vram::ref(pool)}, t.reg},
+                          vram::tracker_options{.registry = t.reg}};
+  t.limit(r.upstream());
+  vram::tenant_scope scope(t.model);
+  pair_loop(state, r);
+}
+
 }  // namespace
 
 BENCHMARK(bare);
@@ -134,5 +196,10 @@ BENCHMARK(observer_counting)->Name("observer/counting");
 BENCHMARK(statistics)->Name("statistics_adaptor");
 BENCHMARK(quota)->Name("quota_adaptor");
 BENCHMARK(tracker)->Name("tracker_adaptor");
+BENCHMARK(pool_bare)->Name("pool/bare");
+BENCHMARK(pool_statistics)->Name("pool/statistics_adaptor");
+BENCHMARK(pool_quota)->Name("pool/quota_adaptor");
+BENCHMARK(pool_tracker)->Name("pool/tracker_adaptor");
+BENCHMARK(pool_stack)->Name("pool/statistics+quota+tracker");
 
 BENCHMARK_MAIN();
