@@ -45,7 +45,7 @@
 #include <vram/adaptor/tracker_adaptor.hpp>
 #include <vram/adaptor/tracker_observer.hpp>
 
-// trace/ (read_trace.hpp uses zlib where <zlib.h> exists: link ZLIB::ZLIB to read .json.gz)
+// trace/ (read_trace.hpp reads .json.gz with -DVRAM_WITH_ZLIB=1 and ZLIB::ZLIB linked)
 #include <vram/trace/allocators.hpp>
 #include <vram/trace/read_trace.hpp>
 #include <vram/trace/replay.hpp>

@@ -1,12 +1,16 @@
 #pragma once
 // Build configuration shared by every vram header.
 //
-// VRAM_HAS_CUDA: 1 when the CUDA runtime is available (the CMake target defines it);
-// without CMake it is detected from the include path.
+// VRAM_HAS_CUDA: 1 turns on the CUDA parts (CUDA streams and events, the CUDA sources), which
+// then need the CUDA runtime at link time. On when the consumer asks for it: the CMake target
+// vram::vram defines it where vram was configured with the CUDA toolkit, nvcc defines
+// __CUDACC__ (and links cudart itself), and anyone may pass -DVRAM_HAS_CUDA=1. Never because
+// a CUDA header happens to be on the include path: host-only code builds with plain
+// `g++ -std=c++20 -I<prefix>/include`. (docs/getting-started.md lists every macro.)
 // VRAM_DEBUG: 1 enables check_invariants() bodies and the debug-only checks.
 
 #ifndef VRAM_HAS_CUDA
-#  if __has_include(<cuda_runtime_api.h>)
+#  if defined(__CUDACC__)
 #    define VRAM_HAS_CUDA 1
 #  else
 #    define VRAM_HAS_CUDA 0

@@ -20,7 +20,10 @@
 #include <unordered_set>
 #include <vector>
 
-#if __has_include(<zlib.h>) && !defined(VRAM_NO_ZLIB)
+// Gzip input (.json.gz) needs zlib at link time, so it is on only when asked for:
+// -DVRAM_WITH_ZLIB=1 (and link ZLIB::ZLIB / -lz). Without it a gzip file is refused with a
+// trace_error that says so.
+#if defined(VRAM_WITH_ZLIB) && VRAM_WITH_ZLIB
 #include <zlib.h>
 #define VRAM_TRACE_HAS_ZLIB 1
 #else
