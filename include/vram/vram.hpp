@@ -2,6 +2,8 @@
 // The umbrella header: everything in vram that compiles without CUDA, plus the CUDA sources
 // when VRAM_HAS_CUDA. Prefer the individual headers in your own code.
 
+#include <vram/version.hpp>
+
 // core/
 #include <vram/core/alignment.hpp>
 #include <vram/core/any_resource.hpp>
