@@ -1,0 +1,95 @@
+"""The ctypes handle on libvram_c, on its host backend (no GPU needed).
+
+Run: VRAM_C_LIBRARY=<build>/capi/libvram_c.so python3 -m unittest discover -s python/tests
+(the CTest test python.vram does this against the build's library)."""
+
+import ctypes
+import importlib
+import os
+import pickle
+import tempfile
+import unittest
+
+os.environ["VRAM_BACKEND"] = "host"  # read when a device's allocator is created
+os.environ["VRAM_ALLOCATOR"] = "pool"
+os.environ.pop("VRAM_TENANT_QUOTA", None)
+
+import vram  # noqa: E402
+
+
+class VramTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        vram.load()
+        vram.shutdown()  # a fresh allocator from the environment above
+
+    def setUp(self):
+        vram.set_tenant(None)
+
+    def malloc(self, size, device=0):
+        # The signature PyTorch's CUDAPluggableAllocator calls: (ssize_t size, int device, cudaStream_t).
+        p = vram._c().vram_malloc(size, device, None)
+        self.assertTrue(p, vram._c().vram_last_error())
+        return p
+
+    def free(self, p, size, device=0):
+        vram._c().vram_free(p, size, device, None)
+
+    def test_stats_use_vram_and_pytorch_names(self):
+        p = self.malloc(1 << 20)
+        s = vram.stats(0)
+        self.assertEqual(vram.describe(0), "host/pool")
+        self.assertGreaterEqual(s["live_bytes"], 1 << 20)
+        self.assertEqual(s["allocated_bytes.all.current"], s["live_bytes"])
+        self.assertEqual(s["reserved_bytes.all.current"], s["reserved_bytes"])
+        self.assertGreaterEqual(s["reserved_bytes"], s["live_bytes"])
+        self.assertEqual(s["allocation.all.current"], s["live_allocations"])
+        self.free(p, 1 << 20)
+        s = vram.stats(0)
+        self.assertEqual(s["allocated_bytes.all.current"], 0)
+        self.assertGreaterEqual(s["allocated_bytes.all.peak"], 1 << 20)
+        self.assertIsInstance(s["fragmentation"], float)
+
+    def test_tenants_and_quotas(self):
+        vram.set_tenant("model_a")
+        vram.set_tenant_quota("model_a", 4 << 20, device=0)
+        p = self.malloc(3 << 20)
+        self.assertEqual(vram.tenant_usage("model_a", 0), 3 << 20)
+        self.assertFalse(vram._c().vram_malloc(2 << 20, 0, None))  # over the 4 MiB quota
+        self.assertIn("model_a", vram._c().vram_last_error().decode())
+        self.free(p, 3 << 20)
+        self.assertEqual(vram.tenant_usage("model_a", 0), 0)
+        vram.set_tenant_quota("model_a", 0, device=0)
+
+    def test_snapshot_is_a_pytorch_memory_snapshot(self):
+        p = self.malloc(4096)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "snapshot.pickle")
+            vram.snapshot(path)
+            with open(path, "rb") as f:
+                snap = pickle.load(f)
+        self.free(p, 4096)
+        # The top-level keys torch.cuda._memory_viz reads.
+        self.assertIn("segments", snap)
+        self.assertIn("device_traces", snap)
+        self.assertTrue(any(b["state"] == "active_allocated" for seg in snap["segments"] for b in seg["blocks"]))
+
+    def test_errors_raise_vram_error_with_the_library_reason(self):
+        with self.assertRaises(vram.VramError):
+            vram.set_memory_fraction(2.0, 0)  # a fraction above 1
+        with self.assertRaises(vram.VramError):
+            vram.snapshot("/nonexistent-directory/x.pickle")
+        with self.assertRaises(vram.VramError):
+            vram.load("/nonexistent/libvram_c.so")
+
+    def test_framework_hooks_name_symbols_the_library_has(self):
+        lib = vram._c()
+        for symbol in ("vram_malloc", "vram_free", "vram_cupy_malloc", "vram_cupy_free"):
+            self.assertTrue(ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value)
+        torch_hook = importlib.import_module("vram.torch")  # importing them needs neither framework
+        cupy_hook = importlib.import_module("vram.cupy")
+        self.assertTrue(callable(torch_hook.use) and callable(cupy_hook.use))
+
+
+if __name__ == "__main__":
+    unittest.main()
