@@ -5,8 +5,10 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <iostream>
@@ -167,8 +169,9 @@ int main(int argc, char** argv) {
     int count = 0;
     cudaError_t rc = cudaGetDeviceCount(&count);
     if (rc != cudaSuccess || count == 0) {
-      std::cerr << "vram-replay: --device cuda: no CUDA GPU available ("
-                << (rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices") << ")\n";
+      std::cerr << "vram-replay: --device cuda: no usable CUDA GPU on this machine (cudaGetDeviceCount: "
+                << (rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices")
+                << "); replay on the simulated device instead (the default, --device sim)\n";
       return 3;
     }
     available = cuda_allocators();
@@ -207,7 +210,12 @@ int main(int argc, char** argv) {
   if (!write_path.empty()) {
     std::ofstream out(write_path);
     write_vram_trace(out, traces.front());
-    return out ? 0 : 1;
+    if (!out) {
+      std::cerr << "vram-replay: cannot write " << write_path << " (" << std::strerror(errno) << ")\n";
+      return 1;
+    }
+    std::cout << "wrote " << write_path << " (" << traces.front().name << " in vram's trace format)\n";
+    return 0;
   }
 
   bool tty = ::isatty(2) != 0;
@@ -240,17 +248,19 @@ int main(int argc, char** argv) {
     std::ofstream out(json_path);
     write_json(out, all);
     if (!out) {
-      std::cerr << "vram-replay: cannot write " << json_path << "\n";
+      std::cerr << "vram-replay: cannot write " << json_path << " (" << std::strerror(errno) << ")\n";
       return 1;
     }
+    std::cout << "wrote " << json_path << " (the figures as JSON)\n";
   }
   if (!html_path.empty()) {
     std::ofstream out(html_path);
     write_html(out, runs);
     if (!out) {
-      std::cerr << "vram-replay: cannot write " << html_path << "\n";
+      std::cerr << "vram-replay: cannot write " << html_path << " (" << std::strerror(errno) << ")\n";
       return 1;
     }
+    std::cout << "wrote " << html_path << " (open it in a browser: live vs reserved over time, per allocator)\n";
   }
   return 0;
 }

@@ -64,6 +64,22 @@ TEST_CASE("no arguments: built-in workloads, a real comparison") {
   CHECK(r.out.find("transformer-training") != std::string::npos);
   CHECK(r.out.find("kv-cache-inference") != std::string::npos);
   for (const char* a : {"pool-contiguous", "pool-segments", "arena", "upstream"}) CHECK(r.out.find(a) != std::string::npos);
+  CHECK(r.out.find("lowest reserved: pool-contiguous") != std::string::npos);  // a verdict per trace
+  CHECK(r.out.find("(columns: docs/replay.md") != std::string::npos);
+}
+
+TEST_CASE("a slab's spill and an arena's OOMs are explained; outputs are announced") {
+  std::string html = scratch("notes.html");
+  auto r = run("--no-timing --allocators slab,arena,pool-contiguous --capacity 1G --html " + html + " '" + traces() +
+               "/memory.pickle'");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("spilled") != std::string::npos);
+  CHECK(r.out.find("(slab: peak reserved includes the ") != std::string::npos);
+  CHECK(r.out.find("OOMs: an activation arena returns space only when everything above it is dead") != std::string::npos);
+  CHECK(r.out.find("lowest reserved: slab") == std::string::npos);  // a run that spilled did not fit the device
+  CHECK(r.out.find("wrote " + html) != std::string::npos);
+  std::filesystem::remove(html);
 }
 
 TEST_CASE("shared traces with --json and --html") {
@@ -94,7 +110,19 @@ TEST_CASE("shared traces with --json and --html") {
 TEST_CASE("bad input: clear errors and exit codes, never a crash") {
   auto missing = run("/nonexistent.pickle");
   CHECK(missing.status == 1);
-  CHECK(missing.out.find("/nonexistent.pickle: cannot open") != std::string::npos);
+  CHECK(missing.out.find("/nonexistent.pickle: no such file") != std::string::npos);
+  std::string dir = scratch("a-directory");
+  std::filesystem::create_directories(dir);
+  auto directory = run("'" + dir + "'");
+  std::filesystem::remove(dir);
+  CHECK(directory.status == 1);
+  CHECK(directory.out.find("a-directory: is a directory, not a trace file") != std::string::npos);
+  std::string empty = scratch("empty.csv");
+  std::ofstream{empty};
+  auto nothing = run("'" + empty + "'");
+  std::filesystem::remove(empty);
+  CHECK(nothing.status == 1);
+  CHECK(nothing.out.find("empty.csv: empty file") != std::string::npos);
   auto option = run("--frobnicate");
   CHECK(option.status == 2);
   auto alloc = run("--allocators nope");

@@ -8,12 +8,16 @@
 // addresses, fields of the wrong type in one event) into counted warnings on the trace.
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
 #include <stdexcept>
+#include <system_error>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -576,11 +580,19 @@ inline trace parse_trace(std::string_view data, const std::string& source) {
 }
 
 /// Reads the file at `path`, detecting its format from the content.
+/// Errors name the file and the reason: missing, a directory, unreadable (with the system's
+/// reason), empty, or what the format reader found.
 inline trace read_trace(const std::string& path) {
+  std::error_code ec;
+  auto status = std::filesystem::status(path, ec);
+  if (status.type() == std::filesystem::file_type::not_found) throw trace_error(path + ": no such file");
+  if (status.type() == std::filesystem::file_type::directory)
+    throw trace_error(path + ": is a directory, not a trace file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw trace_error(path + ": cannot open");
+  if (!in) throw trace_error(path + ": cannot open (" + std::strerror(errno) + ")");
   std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw trace_error(path + ": read error");
+  if (in.bad()) throw trace_error(path + ": read error (" + std::strerror(errno) + ")");
+  if (data.empty()) throw trace_error(path + ": empty file (a trace has at least a header or one event)");
   trace t = parse_trace(data, path);  // errors name the path
   t.name = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
   return t;

@@ -28,6 +28,16 @@ inline std::string format_bytes(double b) {
 }
 
 /// The table of one trace's results.
+/// Why an allocator refused allocations on a trace, in a sentence (for the table's notes).
+inline const char* why_ooms(const replay_result& r) {
+  if (r.allocator == "arena")
+    return "an activation arena returns space only when everything above it is dead and keeps "
+           "every chunk until reset(), so on a whole trace (long-lived blocks, no step boundaries) "
+           "it grows until the capacity stops it; it is meant for one step's activations";
+  if (r.allocator == "slab") return "the device budget and the spill budget were both full";
+  return "the capacity (--capacity) was exhausted even after releasing free memory";
+}
+
 inline void print_table(std::ostream& out, const trace& t, const std::vector<replay_result>& results) {
   char line[512];
   out << "\n== " << t.name << " (" << t.format << "): " << t.allocs() << " allocs, " << t.frees() << " frees";
@@ -36,17 +46,18 @@ inline void print_table(std::ostream& out, const trace& t, const std::vector<rep
   if (t.warnings != 0) out << ", " << t.warnings << " warnings";
   out << "\n";
   for (const auto& w : t.warning_examples) out << "   warning: " << w << "\n";
-  std::snprintf(line, sizeof line, "%-16s %12s %12s %9s %6s %10s %9s %9s %14s\n", "allocator", "peak live",
-                "peak reserved", "res/live", "OOMs", "upstream", "p50 ns", "p99 ns", "recorded res.");
+  std::snprintf(line, sizeof line, "%-16s %12s %12s %9s %6s %10s %9s %9s %12s %14s\n", "allocator", "peak live",
+                "peak reserved", "res/live", "OOMs", "upstream", "p50 ns", "p99 ns", "spilled", "recorded res.");
   out << line;
   for (const auto& r : results) {
     if (!r.error.empty()) {
       out << r.allocator << ": " << r.error << "\n";
       continue;
     }
-    std::snprintf(line, sizeof line, "%-16s %12s %12s %9.3f %6zu %10zu %9.0f %9.0f %14s\n", r.allocator.c_str(),
+    std::snprintf(line, sizeof line, "%-16s %12s %12s %9.3f %6zu %10zu %9.0f %9.0f %12s %14s\n", r.allocator.c_str(),
                   format_bytes(double(r.peak_live_bytes)).c_str(), format_bytes(double(r.peak_reserved_bytes)).c_str(),
                   r.reserved_per_live(), r.ooms, r.upstream_allocations, r.ns_per_op_p50, r.ns_per_op_p99,
+                  r.peak_spilled_bytes ? format_bytes(double(r.peak_spilled_bytes)).c_str() : "-",
                   r.recorded_reserved_bytes ? format_bytes(double(*r.recorded_reserved_bytes)).c_str() : "-");
     out << line;
   }
@@ -57,6 +68,27 @@ inline void print_table(std::ostream& out, const trace& t, const std::vector<rep
     out << "(p50/p99: host ns per operation, net of the timer's own " << line
         << " ns per reading pair; interpolated within the clock's steps where it moves in steps)\n";
   }
+  for (const auto& r : results)
+    if (r.error.empty() && r.peak_spilled_bytes != 0)
+      out << "(" << r.allocator << ": peak reserved includes the " << format_bytes(double(r.peak_spilled_bytes))
+          << " it spilled to host memory; on the device it never holds more than its budget)\n";
+  for (const auto& r : results)
+    if (r.error.empty() && r.ooms != 0) out << "(" << r.allocator << ": " << r.ooms << " OOMs: " << why_ooms(r) << ")\n";
+  // The verdict: the fewest bytes reserved among the runs that served every allocation from
+  // the device (a spilled run did not fit).
+  const replay_result* best = nullptr;
+  for (const auto& r : results)
+    if (r.error.empty() && r.ooms == 0 && r.peak_spilled_bytes == 0 && r.peak_live_bytes != 0 &&
+        (best == nullptr || r.peak_reserved_bytes < best->peak_reserved_bytes))
+      best = &r;
+  if (best != nullptr) {
+    std::snprintf(line, sizeof line, "%.3f", best->reserved_per_live());
+    out << "lowest reserved: " << best->allocator << ", " << line << " of peak live (" << format_bytes(double(best->peak_reserved_bytes))
+        << " for " << format_bytes(double(best->peak_live_bytes)) << ")\n";
+  } else {
+    out << "no allocator served every allocation from the device at this capacity\n";
+  }
+  out << "(columns: docs/replay.md, \"vram-replay: which allocator fragments least on my workload?\")\n";
 }
 
 /// One JSON object per result, in an array.
