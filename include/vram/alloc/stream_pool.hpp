@@ -1081,7 +1081,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     ++ooms_;
     vram::stats snapshot = stats_locked();
     observer_.on_out_of_memory(requested, s, snapshot);
-    detail::throw_out_of_memory(name(), requested, s, snapshot);
+    // Name the cap when it is what refused: the room left under it is less than the block.
+    bool capped = options_.maximum_size != 0 && need > options_.maximum_size - std::min(reserved_, options_.maximum_size);
+    detail::throw_out_of_memory(name(), requested, s, snapshot, capped ? options_.maximum_size : 0, "maximum_size");
   }
 
   /// Takes `bytes` from the upstream; false (nothing changed) when it has none.

@@ -24,12 +24,20 @@ namespace vram {
 /// what() allocate nothing: the message is formatted into a fixed buffer.
 class out_of_memory : public std::bad_alloc {
  public:
-  /// `resource` must be a string with static storage duration (a literal).
-  out_of_memory(const char* resource, std::size_t bytes, stream_ref stream, const vram::stats& snapshot = {}) noexcept
-      : resource_(resource), bytes_(bytes), stream_(stream), stats_(snapshot) {
-    std::snprintf(message_, sizeof message_,
-                  "vram: out of memory in %s: %zu bytes requested (%zu live, %zu reserved)", resource, bytes,
-                  snapshot.live_bytes, snapshot.reserved_bytes);
+  /// `resource` must be a string with static storage duration (a literal). `limit`, when not 0,
+  /// is the cap the resource was configured with (a pool's maximum_size), named by `limit_name`
+  /// (a literal), so the message says which cap refused.
+  out_of_memory(const char* resource, std::size_t bytes, stream_ref stream, const vram::stats& snapshot = {},
+                std::size_t limit = 0, const char* limit_name = "limit") noexcept
+      : resource_(resource), bytes_(bytes), stream_(stream), stats_(snapshot), limit_(limit) {
+    if (limit != 0)
+      std::snprintf(message_, sizeof message_,
+                    "vram: out of memory in %s: %zu bytes requested (%zu live, %zu reserved; its %s is %zu bytes)",
+                    resource, bytes, snapshot.live_bytes, snapshot.reserved_bytes, limit_name, limit);
+    else
+      std::snprintf(message_, sizeof message_,
+                    "vram: out of memory in %s: %zu bytes requested (%zu live, %zu reserved)", resource, bytes,
+                    snapshot.live_bytes, snapshot.reserved_bytes);
   }
 
   [[nodiscard]] const char* what() const noexcept override { return message_; }
@@ -38,6 +46,8 @@ class out_of_memory : public std::bad_alloc {
   [[nodiscard]] stream_ref stream() const noexcept { return stream_; }
   /// The failing resource's statistics at the time of the failure (zeros where it has none).
   [[nodiscard]] const vram::stats& stats() const noexcept { return stats_; }
+  /// The configured cap that refused (0: none; the upstream ran out).
+  [[nodiscard]] std::size_t limit() const noexcept { return limit_; }
 
  protected:
   char message_[256];  // protected: derived errors format their own message
@@ -47,6 +57,7 @@ class out_of_memory : public std::bad_alloc {
   std::size_t bytes_;
   stream_ref stream_;
   vram::stats stats_;
+  std::size_t limit_;
 };
 
 /// Thrown when a CUDA call fails for a reason other than memory exhaustion.

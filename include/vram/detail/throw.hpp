@@ -12,8 +12,10 @@
 namespace vram::detail {
 
 [[noreturn, gnu::cold, gnu::noinline]] inline void throw_out_of_memory(const char* resource, std::size_t bytes,
-                                                                     stream_ref stream, const stats& snapshot = {}) {
-  throw out_of_memory(resource, bytes, stream, snapshot);
+                                                                     stream_ref stream, const stats& snapshot = {},
+                                                                     std::size_t limit = 0,
+                                                                     const char* limit_name = "limit") {
+  throw out_of_memory(resource, bytes, stream, snapshot, limit, limit_name);
 }
 
 [[noreturn, gnu::cold, gnu::noinline]] inline void throw_invalid_argument(const char* resource, const char* what) {
