@@ -176,13 +176,14 @@ namespace {
 ///              after the refusal or the free returned): never below what the adaptor has
 ///              charged, so a refusal naming t while intents(t) <= hard(t) refused a request
 ///              that fitted.
-/// `changes` counts every change of intents, so a refusal whose call saw no change by another
-/// thread can be checked against intents exactly as they were when it was refused.
+/// `changes` counts every change of intents and `busy` the changes under way (taken before the
+/// first write, given back after `changes` moved), so a refusal whose call saw `changes` still
+/// and nobody busy can be checked against intents exactly as they were when it was refused.
 struct race_ledger {
   explicit race_ledger(const vram::tenant_registry& r) : reg(r), held(r.size()), intents(r.size()) {}
   const vram::tenant_registry& reg;
   std::vector<std::atomic<std::size_t>> held, intents;
-  std::atomic<std::uint64_t> changes{0};
+  std::atomic<std::uint64_t> changes{0}, busy{0};
   std::atomic<std::size_t> over_limit{0}, verified_refusals{0}, unjustified_refusals{0}, foreign_refusals{0};
 
   template <class F>
@@ -195,12 +196,17 @@ struct race_ledger {
     }
   }
   void intend(vram::tenant leaf, std::size_t bytes, bool add) {
+    busy.fetch_add(1);
     for_chain(leaf, [&](vram::tenant t) {
       if (add) intents[t.id].fetch_add(bytes);
       else intents[t.id].fetch_sub(bytes);
     });
     changes.fetch_add(1);
+    busy.fetch_sub(1);
   }
+  /// Nothing changed intents since `seen` was read, and nothing is changing them: read after
+  /// the intents it vouches for (busy first: a change ends by moving `changes`, then `busy`).
+  [[nodiscard]] bool still(std::uint64_t seen) const { return busy.load() == 0 && changes.load() == seen; }
 };
 }  // namespace
 
@@ -256,10 +262,10 @@ TEST_CASE("quota_adaptor: threads racing at the limit never exceed it, and refus
             bool in_chain = false;
             ledger.for_chain(leaf, [&](vram::tenant x) { in_chain = in_chain || x.id == e.limited_tenant().id; });
             if (!in_chain || e.limit() != hard[e.limited_tenant().id]) ledger.foreign_refusals.fetch_add(1);
-            if (ledger.changes.load() == seen) {  // nobody else moved during the call: intents are exact
+            std::size_t intents_then = ledger.intents[e.limited_tenant().id].load();
+            if (ledger.still(seen)) {  // nobody else moved during the call: intents_then is exact
               ledger.verified_refusals.fetch_add(1);
-              if (ledger.intents[e.limited_tenant().id].load() <= hard[e.limited_tenant().id])
-                ledger.unjustified_refusals.fetch_add(1);
+              if (intents_then <= hard[e.limited_tenant().id]) ledger.unjustified_refusals.fetch_add(1);
             }
             ledger.intend(leaf, bytes, false);
           }
