@@ -429,6 +429,11 @@ void deallocate(int device, void* p, std::size_t size, vram_stream_t stream) noe
     entry = std::move(it->second);
     d.live.erase(it);
   }
+  // Nothing here blocks the caller: the free is ordered on `s` (a null stream, as CuPy's free
+  // passes, is the legacy default stream), the record_stream streams through events, and the
+  // tracker records its completion with an event it polls later. The allocators' own
+  // contracts still hold: VRAM_ALLOCATOR=direct (cudaFree synchronizes the device anyway) and
+  // slab synchronize `s` in their deallocate, as their class comments state; pool does not.
   stream_ref s = d.stream_of(stream);
   try {
     on_device(d, [&] {
@@ -444,13 +449,13 @@ void deallocate(int device, void* p, std::size_t size, vram_stream_t stream) noe
       d.top.deallocate(s, p, entry.size, default_alignment);
       return 0;
     });
-  } catch (...) {  // an event call failed: free in device order instead (the device is broken anyway)
-    report_misuse({misuse::upstream_failure, "vram_c", p, entry.size, 0});
-    try {
-      synchronize(s);
-    } catch (...) {
-    }
-    d.top.deallocate(s, p, entry.size, default_alignment);
+  } catch (...) {
+    // An event call failed, so the free cannot be ordered after the other streams' work.
+    // Waiting for them would block the caller on a broken device; handing the block back
+    // could let it be reused under their work. It stays held instead (still charged and
+    // tracked): reported, never reused.
+    d.report(misuse::upstream_failure, p, entry.size, 0);
+    return;
   }
   d.charged.fetch_sub(entry.size, std::memory_order_relaxed);
 }
@@ -539,6 +544,9 @@ VRAM_C_API void* vram_cupy_malloc(void* /*param*/, size_t size, int device) {
   return allocate(device, size, nullptr);
 }
 
+// CuPy passes no stream: the free is ordered on the legacy default stream (where CuPy's
+// default stream work runs; it also follows the work of blocking streams). Stream-ordered
+// like any other free: the caller is not blocked.
 VRAM_C_API void vram_cupy_free(void* /*param*/, void* ptr, int device) { deallocate(device, ptr, 0, nullptr); }
 
 VRAM_C_API int vram_stats(int device, vram_stats_t* out) {

@@ -42,8 +42,12 @@ namespace vram {
 /// upstream's allocations, not a pool's internal segments.
 /// Thread safety: thread-safe; one mutex guards the records (this is a debugging and
 /// accounting tool, not a hot-path counter: use statistics_adaptor for that).
-/// Streams: deallocate(s, ...) records free_requested at once and free_completed when the
-/// stream reaches the free (a host task, or cudaLaunchHostFunc on CUDA streams).
+/// Streams: nothing here blocks the calling thread. deallocate(s, ...) records
+/// free_requested at once and free_completed when the stream reaches the free: at once on
+/// the synchronous stream, by a task on a host stream, and on a CUDA stream by an event
+/// recorded at the free and polled (cudaEventQuery, never waited for) at the tracker's next
+/// call and at snapshot time -- or earlier, when the upstream hands an overlapping block out
+/// again (then the old use is over). Until then the block shows as active_pending_free.
 /// Alignment: that of the upstream. Upstream: held by value; copies share the records.
 /// Misuse: freeing a pointer not live here, or with another size, is reported and changes
 /// nothing (the upstream is not called).
@@ -71,8 +75,8 @@ class tracker_adaptor : public detail::adaptor_base<tracker_adaptor<Upstream>, U
     void* p;
     try {
       p = upstream_.allocate(s, bytes, align);
-    } catch (const out_of_memory&) {
-      state_->record_oom(bytes, s, t);
+    } catch (const out_of_memory& e) {
+      state_->record_oom(bytes, s, t, e.stats().free_bytes);
       throw;
     }
     if (p == nullptr) return p;
@@ -85,20 +89,14 @@ class tracker_adaptor : public detail::adaptor_base<tracker_adaptor<Upstream>, U
     return p;
   }
 
+  /// Records free_requested, frees upstream, and arranges free_completed for when `s` reaches
+  /// the free: never blocks the calling thread (see the class comment).
   void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
     if (p == nullptr) return;
-    tenant owner;
-    if (!state_->record_free_requested(p, bytes, s, owner)) return;
+    auto ticket = state_->record_free_requested(p, bytes, s);
+    if (!ticket.accepted) return;
     upstream_.deallocate(s, p, bytes, align);
-    if (s.is_synchronous()) {
-      state_->record_free_completed(p, bytes, s, owner);
-      return;
-    }
-    try {
-      after_pending_work(s, [st = state_, p, bytes, s, owner] { st->record_free_completed(p, bytes, s, owner); });
-    } catch (...) {
-      state_->record_free_completed(p, bytes, s, owner);
-    }
+    state_->complete_after(state_, s, p, ticket);
   }
 
   void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) {
@@ -118,6 +116,8 @@ class tracker_adaptor : public detail::adaptor_base<tracker_adaptor<Upstream>, U
   [[nodiscard]] std::vector<tracked_allocation> live_allocations() const { return state_->live_copy(); }
   /// The event history, oldest first (at most options.event_capacity events).
   [[nodiscard]] std::vector<tracker_event> events() const { return state_->events_copy(); }
+  /// Frees requested whose completion is not recorded yet (their streams have not reached them).
+  [[nodiscard]] std::size_t pending_frees() const { return state_->pending_frees(); }
   /// Events that fell out of the ring.
   [[nodiscard]] std::size_t dropped_events() const {
     std::lock_guard lock(state_->mutex);

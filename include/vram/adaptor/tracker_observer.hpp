@@ -21,8 +21,14 @@ namespace vram {
 ///   vram::stream_pool<vram::cuda_device_source, vram::tracker_observer> pool(src, {}, tracker);
 ///   ... tracker.dump("snapshot.pickle");
 /// Copies share the records (keep one to read them). Allocations get the tenant and tag in
-/// scope on the allocating thread; frees are recorded at once (the allocator decides when a
-/// block is reusable). Misuse is the allocator's to report: unknown pointers are ignored here.
+/// scope on the allocating thread. A free records free_requested at once and free_completed
+/// when its stream reaches it (as tracker_adaptor: never blocking), or earlier when the
+/// allocator hands an overlapping block out again or releases its segment: the allocator
+/// decides when memory is reusable, and the snapshot keeps PyTorch's order per block.
+/// Observers are called outside the allocator's locks, so a free may reach us after the
+/// allocator handed the block out again: the old use is then recorded as freed at that
+/// allocation, and its late free is ignored.
+/// Misuse is the allocator's to report: unknown pointers are ignored here.
 /// Thread safety: thread-safe (one mutex). Cost: as tracker_adaptor, on the allocator's path.
 /// OOM: recorded as an oom event, and dumped to options.oom_dump_path when set.
 class tracker_observer {
@@ -39,13 +45,13 @@ class tracker_observer {
     }
   }
   void on_deallocate(const void* p, std::size_t bytes, stream_ref s) noexcept {
-    tenant owner;
-    if (state_->record_free_requested(p, bytes, s, owner, false)) state_->record_free_completed(p, bytes, s, owner, false);
+    auto ticket = state_->record_free_requested(p, bytes, s, false, false);
+    state_->complete_after(state_, s, p, ticket);
   }
   void on_grow(const void* p, std::size_t bytes) noexcept { state_->record_segment(p, bytes, true); }
   void on_release(const void* p, std::size_t bytes) noexcept { state_->record_segment(p, bytes, false); }
-  void on_out_of_memory(std::size_t bytes, stream_ref s, const vram::stats&) noexcept {
-    state_->record_oom(bytes, s, current_tenant());
+  void on_out_of_memory(std::size_t bytes, stream_ref s, const vram::stats& st) noexcept {
+    state_->record_oom(bytes, s, current_tenant(), st.free_bytes);
   }
 
   [[nodiscard]] tracker_snapshot snapshot(std::size_t top = 16) const {
@@ -53,6 +59,8 @@ class tracker_observer {
   }
   [[nodiscard]] std::vector<tracked_allocation> live_allocations() const { return state_->live_copy(); }
   [[nodiscard]] std::vector<tracker_event> events() const { return state_->events_copy(); }
+  /// Frees requested whose completion is not recorded yet.
+  [[nodiscard]] std::size_t pending_frees() const { return state_->pending_frees(); }
   void write_memory_snapshot(std::ostream& out) const { state_->write_memory_snapshot(out); }
   void write_csv(std::ostream& out) const { detail::tracker_write_rmm_csv(out, state_->export_data()); }
   void write_json(std::ostream& out) const { state_->write_json(out); }

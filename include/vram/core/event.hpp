@@ -30,15 +30,62 @@ inline void synchronize(stream_ref s) {
   }
 }
 
-/// Runs `f` once the work enqueued on `s` so far is done: at once on the synchronous stream,
-/// as a task on a host stream (without blocking the caller), after synchronizing a CUDA stream.
-inline void after_pending_work(stream_ref s, std::function<void()> f) {
-  if (s.is_host()) {
-    s.host().enqueue(std::move(f));
-    return;
+namespace detail {
+
+#if VRAM_HAS_CUDA
+/// True when `s` is being captured into a CUDA graph (its work runs at graph launch, not now).
+/// A failed query counts as capturing: the caller then takes its no-stream fallback.
+[[nodiscard]] inline bool cuda_stream_capturing(cudaStream_t s) noexcept {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing(s, &status);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the error for the next call
+    return true;
   }
-  synchronize(s);
-  f();
+  return status != cudaStreamCaptureStatusNone;
+}
+
+/// The host function after_pending_work enqueues: runs and deletes its task. It must not
+/// throw into the driver, and a host function may make no CUDA call, so `f` must not either.
+inline void CUDART_CB run_host_task(void* data) noexcept {
+  auto* task = static_cast<std::function<void()>*>(data);
+  try {
+    (*task)();
+  } catch (...) {  // nowhere to report from a driver thread; the task owns its error handling
+  }
+  delete task;
+}
+#endif
+
+}  // namespace detail
+
+/// Runs `f` once the work enqueued on `s` so far is done, without blocking the caller: at
+/// once on the synchronous stream, as a task on a host stream, as a host function
+/// (cudaLaunchHostFunc) on a CUDA stream. On a CUDA stream `f` runs on a driver thread and
+/// must make no CUDA call. Throws cuda_error when the host function cannot be enqueued,
+/// also for a stream being captured into a graph (a captured host function would run at
+/// every launch of the graph); `f` has not run then, and the caller decides what to do.
+inline void after_pending_work(stream_ref s, std::function<void()> f) {
+  switch (s.type()) {
+    case stream_ref::kind::synchronous: f(); return;
+    case stream_ref::kind::host: s.host().enqueue(std::move(f)); return;
+    case stream_ref::kind::cuda:
+#if VRAM_HAS_CUDA
+    {
+      if (detail::cuda_stream_capturing(s.cuda()))
+        detail::check_cuda(cudaErrorStreamCaptureUnsupported, "cudaLaunchHostFunc (stream is capturing)");
+      auto* task = new std::function<void()>(std::move(f));
+      cudaError_t e = cudaLaunchHostFunc(s.cuda(), detail::run_host_task, task);
+      if (e != cudaSuccess) {
+        delete task;  // never enqueued: it will not run
+        detail::check_cuda(e, "cudaLaunchHostFunc");
+      }
+      return;
+    }
+#else
+      detail::throw_no_cuda("after_pending_work");
+#endif
+  }
 }
 
 /// A marker in a stream's work: complete once all work enqueued before record() has run.
@@ -117,7 +164,10 @@ class event {
   void synchronize() const {
     switch (kind_) {
       case stream_ref::kind::synchronous: return;
-      case stream_ref::kind::host: host_state_->wait_for(ticket_); return;
+      case stream_ref::kind::host:
+        detail::host_blocking_waits.fetch_add(1, std::memory_order_relaxed);  // see host_stream::blocking_waits
+        host_state_->wait_for(ticket_);
+        return;
       case stream_ref::kind::cuda:
 #if VRAM_HAS_CUDA
         detail::check_cuda(cudaEventSynchronize(cuda_event_), "cudaEventSynchronize");

@@ -16,6 +16,10 @@ namespace vram {
 
 namespace detail {
 
+/// How many times a thread blocked on host-stream work, process-wide (see
+/// host_stream::blocking_waits). Relaxed: a count for tests and diagnostics, not a fence.
+inline std::atomic<std::uint64_t> host_blocking_waits{0};
+
 /// Shared by a host_stream and every event recorded on it, so an event may outlive its stream.
 /// Invariant: completed <= enqueued; tasks.size() + running == enqueued - completed.
 struct host_stream_state {
@@ -49,6 +53,8 @@ struct host_stream_state {
 /// synchronize() on their own stream (that would wait for itself).
 /// Exceptions: a task that throws is recorded; the first one is rethrown by synchronize().
 /// Destruction runs every task already enqueued, then joins the worker.
+/// Blocking is counted: blocking_waits() says how often a caller waited on host-stream work,
+/// which is how tests prove that allocate and deallocate paths never block the host.
 class host_stream {
  public:
   host_stream() : state_(std::make_shared<detail::host_stream_state>()), worker_([s = state_] { run(*s); }) {}
@@ -80,6 +86,7 @@ class host_stream {
 
   /// Blocks until every task enqueued so far has run; rethrows the first task exception.
   void synchronize() {
+    detail::host_blocking_waits.fetch_add(1, std::memory_order_relaxed);
     std::uint64_t ticket;
     {
       std::lock_guard lock(state_->mutex);
@@ -94,6 +101,16 @@ class host_stream {
   [[nodiscard]] bool idle() const {
     std::lock_guard lock(state_->mutex);
     return state_->completed.load(std::memory_order_acquire) == state_->enqueued;
+  }
+
+  /// Calls, process-wide, that blocked the calling thread on host-stream work:
+  /// host_stream::synchronize() and event::synchronize() of a host-stream event (also when
+  /// reached through wait() from the synchronous stream). Counted per call, whether or not
+  /// the work was already done, so a count is deterministic. Waits that a stream's own
+  /// worker performs (a host stream waiting on an event, see event::make_wait) block no
+  /// caller and are not counted. Cost: one relaxed atomic increment per blocking call.
+  [[nodiscard]] static std::uint64_t blocking_waits() noexcept {
+    return detail::host_blocking_waits.load(std::memory_order_relaxed);
   }
 
   /// The state shared with events (implementation detail of vram::event).

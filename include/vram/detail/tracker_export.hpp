@@ -50,18 +50,26 @@ inline std::vector<std::string> tracker_symbolize(const std::vector<void*>& fram
 struct tracker_export_data {
   const tenant_registry* registry;
   int device = 0;
-  std::vector<tracked_allocation> live;  // sorted by address
-  std::vector<tracker_event> events;     // oldest first
+  std::vector<tracked_allocation> live;     // sorted by address
+  std::vector<tracked_allocation> pending;  // frees requested, not completed; sorted by address
+  std::vector<tracker_event> events;        // oldest first
   std::size_t dropped_events = 0;
   std::vector<std::pair<std::uint64_t, std::size_t>> segments;  // address order; empty: one per allocation
 };
 
-/// PyTorch memory snapshot. With known upstream segments (an allocator's observer hooks),
-/// each segment lists its blocks in address order covering it: live allocations
-/// (active_allocated) and the gaps between them (inactive). Live allocations outside every
-/// known segment (and all of them for tracker_adaptor, which sees allocations, not a pool's
-/// segments) are each a segment holding one block, as PyTorch records with caching disabled. The tenant and tag are the first frame of each block and trace entry
-/// (filename "tenant:<path>", name "<tag>"), so the viewer shows who allocated what.
+/// PyTorch memory snapshot, with the keys and value types PyTorch writes.
+///
+/// Blocks: live allocations (state active_allocated) and frees still pending on their
+/// streams (active_pending_free), in address order. With known upstream segments (an
+/// allocator's observer hooks), each segment lists its blocks in address order covering it,
+/// the gaps between them inactive. Blocks outside every known segment (and all of them for
+/// tracker_adaptor, which sees allocations, not a pool's segments) are each a segment
+/// holding one block, as PyTorch records with caching disabled. Per segment, as PyTorch
+/// computes them: allocated_size = sizes of active_allocated blocks, active_size = sizes of
+/// active (allocated or pending) blocks, requested_size = their requested sizes.
+/// Trace entries: action, addr (device_free instead for oom), size, stream, time_us, frames.
+/// The tenant and tag are the first frame of each block and trace entry (filename
+/// "tenant:<path>", name "<tag>"), so the viewer shows who allocated what.
 inline std::string tracker_write_pytorch_snapshot(const tracker_export_data& d) {
   pickle_writer w;
   auto frames = [&](tenant t, std::string_view tag, const std::vector<void*>* native) {
@@ -89,18 +97,33 @@ inline std::string tracker_write_pytorch_snapshot(const tracker_export_data& d) 
   };
   auto sz = [&](std::size_t v) { w.integer(static_cast<std::uint64_t>(v)); };
 
+  // Live and pending blocks in one address order (their ranges are disjoint).
+  struct block_ref {
+    const tracked_allocation* a;
+    bool pending;
+    [[nodiscard]] std::uint64_t address() const { return reinterpret_cast<std::uintptr_t>(a->address); }
+  };
+  std::vector<block_ref> blocks;
+  blocks.reserve(d.live.size() + d.pending.size());
+  for (const auto& a : d.live) blocks.push_back({&a, false});
+  for (const auto& a : d.pending) blocks.push_back({&a, true});
+  std::sort(blocks.begin(), blocks.end(), [](const block_ref& x, const block_ref& y) { return x.address() < y.address(); });
+
   auto segment = [&](std::uint64_t base, std::size_t size, std::size_t first, std::size_t last) {
-    // live[first, last) lie inside [base, base + size), in address order.
-    std::size_t used = 0;
-    for (std::size_t i = first; i < last; ++i) used += d.live[i].bytes;
+    // blocks[first, last) lie inside [base, base + size), in address order.
+    std::size_t allocated = 0, active = 0;
+    for (std::size_t i = first; i < last; ++i) {
+      active += blocks[i].a->bytes;
+      if (!blocks[i].pending) allocated += blocks[i].a->bytes;
+    }
     w.dict_begin();
     w.string("device"); w.integer(std::int64_t{d.device});
     w.string("address"); w.integer(base);
     w.string("total_size"); sz(size);
-    w.string("allocated_size"); sz(used);
-    w.string("active_size"); sz(used);
-    w.string("requested_size"); sz(used);
-    w.string("stream"); w.integer(first < last ? d.live[first].stream : std::uint64_t{0});
+    w.string("allocated_size"); sz(allocated);
+    w.string("active_size"); sz(active);
+    w.string("requested_size"); sz(active);  // a block's size is its requested size here
+    w.string("stream"); w.integer(first < last ? blocks[first].a->stream : std::uint64_t{0});
     w.string("segment_type"); w.string("large");
     w.string("segment_pool_id"); w.integer(std::int64_t{0}); w.integer(std::int64_t{0}); w.tuple2_end();
     w.string("is_expandable"); w.boolean(false);
@@ -120,17 +143,16 @@ inline std::string tracker_write_pytorch_snapshot(const tracker_export_data& d) 
       at = to;
     };
     for (std::size_t i = first; i < last; ++i) {
-      const auto& a = d.live[i];
-      auto addr_i = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(a.address));
-      gap(addr_i);
+      const auto& a = *blocks[i].a;
+      gap(blocks[i].address());
       w.dict_begin();
-      w.string("address"); w.integer(addr_i);
+      w.string("address"); w.integer(blocks[i].address());
       w.string("size"); sz(a.bytes);
       w.string("requested_size"); sz(a.bytes);
-      w.string("state"); w.string("active_allocated");
+      w.string("state"); w.string(blocks[i].pending ? "active_pending_free" : "active_allocated");
       w.string("frames"); frames(a.owner, a.tag, &a.frames);
       w.dict_end();
-      at = addr_i + a.bytes;
+      at = blocks[i].address() + a.bytes;
     }
     gap(base + size);
     w.list_end();
@@ -141,18 +163,17 @@ inline std::string tracker_write_pytorch_snapshot(const tracker_export_data& d) 
   w.string("segments");
   w.list_begin();
   {
-    // Merge the known segments and the allocations (both in address order).
+    // Merge the known segments and the blocks (both in address order).
     std::size_t i = 0, k = 0;
-    const std::size_t n = d.live.size();
-    auto address = [&](std::size_t j) { return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(d.live[j].address)); };
+    const std::size_t n = blocks.size();
     while (i < n || k < d.segments.size()) {
-      if (k < d.segments.size() && (i == n || d.segments[k].first <= address(i))) {
+      if (k < d.segments.size() && (i == n || d.segments[k].first <= blocks[i].address())) {
         auto [base, size] = d.segments[k++];
         std::size_t first = i;
-        while (i < n && address(i) + d.live[i].bytes <= base + size) ++i;
+        while (i < n && blocks[i].address() + blocks[i].a->bytes <= base + size) ++i;
         segment(base, size, first, i);
       } else {
-        segment(address(i), d.live[i].bytes, i, i + 1);  // outside every known segment
+        segment(blocks[i].address(), blocks[i].a->bytes, i, i + 1);  // outside every known segment
         ++i;
       }
     }
@@ -167,7 +188,11 @@ inline std::string tracker_write_pytorch_snapshot(const tracker_export_data& d) 
       for (const auto& e : d.events) {
         w.dict_begin();
         w.string("action"); w.string(to_string(e.action));
-        w.string("addr"); w.integer(e.address);
+        if (e.action == tracker_action::oom) {
+          w.string("device_free"); w.integer(e.device_free);
+        } else {
+          w.string("addr"); w.integer(e.address);
+        }
         w.string("size"); sz(e.bytes);
         w.string("stream"); w.integer(e.stream);
         w.string("time_us"); w.integer(e.time_us);
@@ -251,8 +276,9 @@ inline void tracker_write_json(std::ostream& out, const tracker_export_data& d, 
   out << "],\"events\":[";
   for (std::size_t i = 0; i < d.events.size(); ++i) {
     const auto& e = d.events[i];
-    out << (i ? "," : "") << "{\"action\":\"" << to_string(e.action) << "\",\"addr\":" << e.address
-        << ",\"size\":" << e.bytes << ",\"stream\":" << e.stream << ",\"time_us\":" << e.time_us << ",\"tenant\":";
+    out << (i ? "," : "") << "{\"action\":\"" << to_string(e.action) << "\",\"addr\":" << e.address;
+    if (e.action == tracker_action::oom) out << ",\"device_free\":" << e.device_free;
+    out << ",\"size\":" << e.bytes << ",\"stream\":" << e.stream << ",\"time_us\":" << e.time_us << ",\"tenant\":";
     tracker_json_string(out, tenant_path(*d.registry, e.owner));
     out << ",\"tag\":";
     tracker_json_string(out, e.tag.data());

@@ -50,7 +50,8 @@ enum class tracker_action : std::uint8_t { alloc, free_requested, free_completed
 /// Longest tag kept per event (tags of live allocations are kept whole).
 inline constexpr std::size_t max_event_tag = 31;
 
-/// One entry of the event history.
+/// One entry of the event history. Per address the history reads alloc -> free_requested ->
+/// free_completed, with no other alloc overlapping the block in between (PyTorch's order).
 struct tracker_event {
   tracker_action action;
   std::uint64_t address;    ///< 0 for oom
@@ -59,6 +60,7 @@ struct tracker_event {
   std::int64_t time_us;     ///< microseconds since the Unix epoch
   std::uint64_t thread;     ///< hash of the calling thread's id
   tenant owner;
+  std::uint64_t device_free = 0;  ///< oom only: bytes the failing allocator had free (reserved, not live)
   std::array<char, max_event_tag + 1> tag{};
 
   void set_tag(std::string_view t) noexcept {
