@@ -22,7 +22,7 @@ static_assert(::cuda::mr::async_resource_with<cuda_mr_adaptor<simulated_device_s
 TEST_CASE("cuda_mr_adaptor: a vram pool behind cuda::mr::resource_ref", "[interop][cuda_mr]") {
   stream_pool<host_source> pool(host_source{}, stream_pool_options{.growth_step = std::size_t{1} << 20});
   auto mr = make_cuda_mr(pool);
-  static_assert(std::is_same_v<decltype(mr), cuda_mr_adaptor<resource_ref<host_accessible>>>);
+  static_assert(std::is_same_v<decltype(mr), cuda_mr_adaptor<ref_t<stream_pool<host_source>>>>);
 #  if VRAM_CCCL_NEW_MR_NAMING
   ::cuda::mr::synchronous_resource_ref<::cuda::mr::host_accessible> ref{mr};
   void* p = ref.allocate_sync(4096, 256);

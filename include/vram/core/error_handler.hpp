@@ -49,8 +49,14 @@ using error_handler = void (*)(const misuse_report&) noexcept;
 
 /// The default handler writes one line to stderr and returns; the resource is unchanged.
 inline void default_error_handler(const misuse_report& r) noexcept {
-  std::fprintf(stderr, "vram: %s in %s: pointer %p, %zu bytes (expected %zu)\n", to_string(r.kind), r.resource,
-               r.pointer, r.bytes, r.expected_bytes);
+  if (r.kind == misuse::wrong_size)
+    std::fprintf(stderr, "vram: %s in %s: pointer %p freed with %zu bytes, allocated with %zu\n", to_string(r.kind),
+                 r.resource, r.pointer, r.bytes, r.expected_bytes);
+  else if (r.kind == misuse::foreign_pointer)
+    std::fprintf(stderr, "vram: %s in %s: pointer %p (%zu bytes) is not live here: never allocated by it, or "
+                         "already freed (a double free)\n", to_string(r.kind), r.resource, r.pointer, r.bytes);
+  else
+    std::fprintf(stderr, "vram: %s in %s: pointer %p, %zu bytes\n", to_string(r.kind), r.resource, r.pointer, r.bytes);
 }
 
 namespace detail {
