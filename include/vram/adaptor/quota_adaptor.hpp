@@ -188,10 +188,10 @@ class quota_adaptor : public detail::adaptor_base<quota_adaptor<Upstream, Observ
   /// True when `p` is live through this adaptor (from its records, whatever the upstream has).
   [[nodiscard]] bool owns(const void* p) const { return state_->pointers.find(p).has_value(); }
 
-  /// check_invariants()'s own part (exact when no other thread is allocating): every tenant's
+  /// Verifies its own records, then the upstream's (exact when no other thread is allocating): every tenant's
   /// usage equals its own live bytes plus its children's usage; the recorded pointers sum to
   /// the total live bytes.
-  void check_own_invariants() const {
+  void check_invariants() const {
 #if VRAM_DEBUG
     const auto& reg = *state_->registry;
     std::size_t n = reg.size();
@@ -214,6 +214,7 @@ class quota_adaptor : public detail::adaptor_base<quota_adaptor<Upstream, Observ
     for (std::size_t i = 0; i < n; ++i)
       if (expected[i] != state_->levels[i].usage.load()) throw std::logic_error("quota_adaptor: usage != own + children");
 #endif
+    this->check_upstream_invariants();
   }
 
   [[nodiscard]] Observer& observer() noexcept { return observer_; }

@@ -111,13 +111,14 @@ class statistics_adaptor : public detail::adaptor_base<statistics_adaptor<Upstre
   /// Starts the peak again from the current live bytes (e.g. at the start of each step).
   void reset_peak() noexcept { counters_->reset_peak(); }
 
-  /// check_invariants()'s own part: per-tenant live bytes sum to the total (under VRAM_DEBUG).
+  /// Verifies its own records, then the upstream's: per-tenant live bytes sum to the total (under VRAM_DEBUG).
   /// Exact when no other thread is allocating through the adaptor: the counters are
   /// per-thread shards written without a lock.
-  void check_own_invariants() const {
+  void check_invariants() const {
 #if VRAM_DEBUG
     if (!counters_->consistent()) throw std::logic_error("statistics_adaptor: per-tenant live bytes do not sum to the total");
 #endif
+    this->check_upstream_invariants();
   }
 
   friend bool operator==(const statistics_adaptor& a, const statistics_adaptor& b) {

@@ -159,8 +159,8 @@ class tracker_adaptor : public detail::adaptor_base<tracker_adaptor<Upstream>, U
     return state_->live.contains(p);
   }
 
-  /// check_invariants()'s own part: the records agree with the counters.
-  void check_own_invariants() const {
+  /// Verifies its own records, then the upstream's: the records agree with the counters.
+  void check_invariants() const {
 #if VRAM_DEBUG
     std::lock_guard lock(state_->mutex);
     std::size_t sum = 0;
@@ -169,6 +169,7 @@ class tracker_adaptor : public detail::adaptor_base<tracker_adaptor<Upstream>, U
     if (state_->live.size() != state_->allocations - state_->deallocations)
       throw std::logic_error("tracker_adaptor: live records != allocations - deallocations");
 #endif
+    this->check_upstream_invariants();
   }
 
   [[nodiscard]] const tracker_options& options() const noexcept { return state_->options; }
