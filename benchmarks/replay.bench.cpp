@@ -10,7 +10,7 @@
 #include <map>
 #include <string>
 
-#include <vram/trace/allocators.hpp>
+#include <vram-replay/lineup.hpp>
 #include <vram/trace/read_trace.hpp>
 #include <vram/trace/workloads.hpp>
 
@@ -29,7 +29,7 @@ const trace& workload(const std::string& name) {
   return cache.emplace(name, std::move(t)).first->second;
 }
 
-void replay(benchmark::State& state, const std::string& name, const vram::trace::allocator_config& config) {
+void replay(benchmark::State& state, const std::string& name, const vram_replay::allocator_config& config) {
   const trace* t = nullptr;
   try {
     t = &workload(name);
@@ -54,7 +54,7 @@ void replay(benchmark::State& state, const std::string& name, const vram::trace:
 
 int register_all() {
   for (const char* name : {"training", "inference", "memory.pickle", "df_index_resolver.json.gz", "pangu_2.6B.csv"})
-    for (const auto& c : vram::trace::default_allocators())
+    for (const auto& c : vram_replay::default_allocators())
       benchmark::RegisterBenchmark((std::string("replay/") + name + "/" + c.name).c_str(),
                                    [name, c](benchmark::State& s) { replay(s, name, c); })
           ->Unit(benchmark::kMillisecond);

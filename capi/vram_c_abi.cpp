@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include <vram/adaptor/quota_adaptor.hpp>
-#include <vram/adaptor/quota_exceeded.hpp>
+#include <vram/core/error.hpp>
 #include <vram/adaptor/tracker_adaptor.hpp>
 #include <vram/alloc/budget_slab.hpp>
 #include <vram/alloc/stream_pool.hpp>

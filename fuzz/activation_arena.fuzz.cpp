@@ -1,4 +1,4 @@
-// Fuzzes activation_arena<faulty_source<host_source>>: allocate, free in any order, mark /
+// Fuzzes activation_arena<fault_injection_adaptor<host_source>>: allocate, free in any order, mark /
 // rewind, reset, release, injected upstream failures and misuse (double free, wrong size,
 // a stale pointer after reset, a stale mark), against the reference model.
 //
@@ -9,13 +9,13 @@
 #include <optional>
 
 #include <vram/alloc/activation_arena.hpp>
-#include <vram/source/faulty_source.hpp>
+#include <vram/adaptor/fault_injection_adaptor.hpp>
 #include <vram/source/host_source.hpp>
 
 #include "fuzz_common.hpp"
 
 using namespace vram::fuzz;
-using source = vram::faulty_source<vram::host_source>;
+using source = vram::fault_injection_adaptor<vram::host_source>;
 
 namespace {
 struct mark_entry {

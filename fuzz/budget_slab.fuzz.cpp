@@ -1,17 +1,17 @@
-// Fuzzes budget_slab<host_source, faulty_source<host_source>>: allocate / deallocate within
+// Fuzzes budget_slab<host_source, fault_injection_adaptor<host_source>>: allocate / deallocate within
 // and beyond a small device budget, spill-budget changes, a pressure callback that frees a
 // block, injected spill failures and misuse (double free, wrong size class), against the
 // reference model. Also checked: every block's residency, and that the device side never
 // holds more than its budget.
 
 #include <vram/alloc/budget_slab.hpp>
-#include <vram/source/faulty_source.hpp>
+#include <vram/adaptor/fault_injection_adaptor.hpp>
 #include <vram/source/host_source.hpp>
 
 #include "fuzz_common.hpp"
 
 using namespace vram::fuzz;
-using spill_source = vram::faulty_source<vram::host_source>;
+using spill_source = vram::fault_injection_adaptor<vram::host_source>;
 using slab_type = vram::budget_slab<vram::host_source, spill_source>;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

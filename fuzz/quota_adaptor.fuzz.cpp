@@ -1,4 +1,4 @@
-// Fuzzes quota_adaptor<faulty_source<host_source>> over a small tenant tree: allocations for
+// Fuzzes quota_adaptor<fault_injection_adaptor<host_source>> over a small tenant tree: allocations for
 // random tenants, frees, hard-limit changes and upstream failures, against an exact model of
 // usage: a request succeeds iff it fits under the hard limit of the tenant and of every
 // ancestor (and the upstream did not fail); usage and peaks never pass a limit in force.
@@ -6,14 +6,14 @@
 #include <array>
 
 #include <vram/adaptor/quota_adaptor.hpp>
-#include <vram/adaptor/quota_exceeded.hpp>
-#include <vram/source/faulty_source.hpp>
+#include <vram/core/error.hpp>
+#include <vram/adaptor/fault_injection_adaptor.hpp>
 #include <vram/source/host_source.hpp>
 
 #include "fuzz_common.hpp"
 
 using namespace vram::fuzz;
-using source = vram::faulty_source<vram::host_source>;
+using source = vram::fault_injection_adaptor<vram::host_source>;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);

@@ -1,4 +1,4 @@
-// Fuzzes stream_pool<faulty_source<host_source>>: allocate / deallocate on three host streams
+// Fuzzes stream_pool<fault_injection_adaptor<host_source>>: allocate / deallocate on three host streams
 // and the synchronous stream, cross-stream frees after an event, release(), injected upstream
 // failures, and deliberate misuse (double free, interior pointer, wrong size), against the
 // reference model; invariants, non-overlap and block contents are checked after every step.
@@ -8,13 +8,13 @@
 #include <vram/alloc/stream_pool.hpp>
 #include <vram/core/event.hpp>
 #include <vram/core/host_stream.hpp>
-#include <vram/source/faulty_source.hpp>
+#include <vram/adaptor/fault_injection_adaptor.hpp>
 #include <vram/source/host_source.hpp>
 
 #include "fuzz_common.hpp"
 
 using namespace vram::fuzz;
-using source = vram::faulty_source<vram::host_source>;
+using source = vram::fault_injection_adaptor<vram::host_source>;
 
 namespace {
 vram::stream_ref stream_of(std::size_t i) {

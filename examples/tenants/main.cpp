@@ -6,7 +6,7 @@
 #include <vector>
 
 #include <vram/adaptor/quota_adaptor.hpp>
-#include <vram/adaptor/quota_exceeded.hpp>
+#include <vram/core/error.hpp>
 #include <vram/source/simulated_device_source.hpp>
 
 int main() {

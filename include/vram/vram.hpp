@@ -21,6 +21,7 @@
 #include <vram/core/stream_ref.hpp>
 #include <vram/core/tag_scope.hpp>
 #include <vram/core/tenant.hpp>
+#include <vram/core/tenant_id.hpp>
 
 // source/
 #include <vram/source/cuda_async_source.hpp>
@@ -28,7 +29,6 @@
 #include <vram/source/cuda_managed_source.hpp>
 #include <vram/source/cuda_pinned_source.hpp>
 #include <vram/source/cuda_vmm_source.hpp>
-#include <vram/source/faulty_source.hpp>
 #include <vram/source/host_source.hpp>
 #include <vram/source/simulated_device_source.hpp>
 
@@ -38,20 +38,19 @@
 #include <vram/alloc/stream_pool.hpp>
 
 // adaptor/
+#include <vram/adaptor/fault_injection_adaptor.hpp>
 #include <vram/adaptor/logging_adaptor.hpp>
 #include <vram/adaptor/quota_adaptor.hpp>
-#include <vram/adaptor/quota_exceeded.hpp>
 #include <vram/adaptor/retry_adaptor.hpp>
 #include <vram/adaptor/statistics_adaptor.hpp>
 #include <vram/adaptor/statistics_observer.hpp>
 #include <vram/adaptor/tracker_adaptor.hpp>
 #include <vram/adaptor/tracker_observer.hpp>
+#include <vram/adaptor/tracker_snapshot.hpp>
 
 // trace/ (read_trace.hpp reads .json.gz with -DVRAM_WITH_ZLIB=1 and ZLIB::ZLIB linked)
-#include <vram/trace/allocators.hpp>
 #include <vram/trace/read_trace.hpp>
 #include <vram/trace/replay.hpp>
-#include <vram/trace/rmm_pool_model.hpp>
 #include <vram/trace/report.hpp>
 #include <vram/trace/trace.hpp>
 #include <vram/trace/workloads.hpp>
@@ -62,4 +61,3 @@
 #include <vram/interop/device_registry.hpp>
 #include <vram/interop/pmr.hpp>
 #include <vram/interop/thrust.hpp>
-#include <vram/interop/wrong_device.hpp>

@@ -29,15 +29,15 @@
 #include <vram/alloc/stream_pool.hpp>
 #include <vram/core/event.hpp>
 #include <vram/core/resource_ref.hpp>
-#include <vram/detail/pickle.hpp>
+#include <vram/trace/detail/pickle.hpp>
 #include <vram/source/host_source.hpp>
 
 #include "support/recording_resource.hpp"
 
 namespace {
 
-using vram::detail::pickle_document;
-using vram::detail::pickle_node;
+using vram::detail::trace::pickle_document;
+using vram::detail::trace::pickle_node;
 using kind = pickle_node::kind;
 
 // ---- reading the snapshot as PyTorch's tools do ---------------------------------------------
@@ -87,7 +87,7 @@ struct summary {
 
 /// Checks everything PyTorch's readers rely on; returns what was seen.
 summary check_pytorch_snapshot(const std::string& bytes, int device) {
-  auto doc = vram::detail::parse_pickle(bytes, "snapshot");
+  auto doc = vram::detail::trace::parse_pickle(bytes, "snapshot");
   reader r{doc};
   const auto& root = r.at(doc.root);
   REQUIRE(root.type == kind::dict);
@@ -478,7 +478,7 @@ TEST_CASE("tracker snapshot: a free pending on a stream shows as active_pending_
 TEST_CASE("tracker snapshot: markers polled, never waited for, complete in stream order", "[adaptor][tracker]") {
   // The CUDA-stream path of the tracker (an event at the free, polled later), driven here
   // by host-stream events, which vram::event records and queries the same way.
-  vram::detail::tracker_pending_markers markers;
+  vram::detail::tracker::tracker_pending_markers markers;
   vram::host_stream a, b;
   gate ga;
   ga.hold(a);

@@ -24,7 +24,7 @@
 #include <vram/alloc/activation_arena.hpp>
 #include <vram/alloc/budget_slab.hpp>
 #include <vram/alloc/stream_pool.hpp>
-#include <vram/source/faulty_source.hpp>
+#include <vram/adaptor/fault_injection_adaptor.hpp>
 #include <vram/source/host_source.hpp>
 #include <vram/source/simulated_device_source.hpp>
 
@@ -34,9 +34,9 @@
 namespace {
 
 using recorded_host = vram::test::recording_resource<vram::host_source>;
-using faulty_host = vram::faulty_source<recorded_host>;
+using faulty_host = vram::fault_injection_adaptor<recorded_host>;
 using recorded_device = vram::test::recording_resource<vram::simulated_device_source>;
-using faulty_device = vram::faulty_source<recorded_device>;
+using faulty_device = vram::fault_injection_adaptor<recorded_device>;
 
 struct live_block {
   void* p;
@@ -171,7 +171,7 @@ std::ostream& null_sink() {
 
 }  // namespace
 
-TEST_CASE("faulty_source: fails the Nth call, sticky, with a probability, past a byte budget", "[reliability]") {
+TEST_CASE("fault_injection_adaptor: fails the Nth call, sticky, with a probability, past a byte budget", "[reliability]") {
   faulty_host f(recorded_host{});
   f.set_plan({.fail_call = 2});
   void* a = f.allocate_sync(100);
@@ -198,7 +198,7 @@ TEST_CASE("faulty_source: fails the Nth call, sticky, with a probability, past a
     FAIL("byte budget not enforced");
   } catch (const vram::out_of_memory& e) {
     CHECK(e.bytes() == 600);
-    CHECK(std::string(e.resource()) == "faulty_source");
+    CHECK(std::string(e.resource()) == "fault_injection_adaptor");
   }
   void* d = f.allocate_sync(400);
   f.deallocate_sync(c, 600);
@@ -228,7 +228,7 @@ TEST_CASE("faulty_source: fails the Nth call, sticky, with a probability, past a
   CHECK(f.upstream().counters().live_allocations() == 0);
 }
 
-TEST_CASE("faulty_source: forwards properties and contiguous growth", "[reliability]") {
+TEST_CASE("fault_injection_adaptor: forwards properties and contiguous growth", "[reliability]") {
   STATIC_REQUIRE(vram::has_property<faulty_host, vram::host_accessible>);
   STATIC_REQUIRE(vram::has_property<faulty_device, vram::device_accessible>);
   STATIC_REQUIRE(!vram::has_property<faulty_device, vram::host_accessible>);
@@ -240,7 +240,7 @@ TEST_CASE("faulty_source: forwards properties and contiguous growth", "[reliabil
   CHECK(f.granularity() == 4096);
 }
 
-TEST_CASE("faulty_source: over a contiguous upstream, frees of merged or partial ranges are un-charged",
+TEST_CASE("fault_injection_adaptor: over a contiguous upstream, frees of merged or partial ranges are un-charged",
           "[reliability]") {
   vram::test::misuse_capture capture;
   constexpr std::size_t MiB = std::size_t{1} << 20;
@@ -288,8 +288,8 @@ struct hooked_free_source {
 };
 }  // namespace
 
-TEST_CASE("faulty_source: the byte budget holds while the upstream is still freeing", "[reliability]") {
-  vram::faulty_source<hooked_free_source> f(hooked_free_source{}, {.byte_budget = 1000});
+TEST_CASE("fault_injection_adaptor: the byte budget holds while the upstream is still freeing", "[reliability]") {
+  vram::fault_injection_adaptor<hooked_free_source> f(hooked_free_source{}, {.byte_budget = 1000});
   void* a = f.allocate_sync(1000);
   bool refused = false;
   *f.upstream().during_free = [&] {  // a's bytes are still in the upstream: no room yet
@@ -307,7 +307,7 @@ TEST_CASE("faulty_source: the byte budget holds while the upstream is still free
   CHECK(f.live_bytes() == 0);
 }
 
-TEST_CASE("faulty_source: a pool's release over a contiguous upstream gives its byte budget back", "[reliability]") {
+TEST_CASE("fault_injection_adaptor: a pool's release over a contiguous upstream gives its byte budget back", "[reliability]") {
   vram::test::misuse_capture capture;
   constexpr std::size_t MiB = std::size_t{1} << 20;
   faulty_device f(recorded_device(vram::simulated_device_source(

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include <vram/adaptor/quota_exceeded.hpp>
+#include <vram/core/error.hpp>
 #include <vram/core/event.hpp>
 #include <vram/core/host_stream.hpp>
 

@@ -35,7 +35,7 @@
 #include <vram/alloc/stream_pool.hpp>
 #include <vram/core/event.hpp>
 #include <vram/core/host_stream.hpp>
-#include <vram/source/faulty_source.hpp>
+#include <vram/adaptor/fault_injection_adaptor.hpp>
 #include <vram/source/host_source.hpp>
 #include <vram/trace/read_trace.hpp>
 
@@ -231,7 +231,7 @@ TEST_CASE("stress: stream_pool, threads x host streams", "[reliability][stress]"
 TEST_CASE("stress: stream_pool with a capped size and random upstream faults", "[reliability][stress]") {
   vram::test::misuse_capture misuse;
   recorded_host upstream;
-  using faulty = vram::faulty_source<recorded_host>;
+  using faulty = vram::fault_injection_adaptor<recorded_host>;
   {
     auto ss = make_streams();
     faulty source(upstream, {.probability = 0.05, .seed = 42});

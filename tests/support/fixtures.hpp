@@ -15,7 +15,7 @@
 #include <vram/alloc/activation_arena.hpp>
 #include <vram/alloc/budget_slab.hpp>
 #include <vram/alloc/stream_pool.hpp>
-#include <vram/source/faulty_source.hpp>
+#include <vram/adaptor/fault_injection_adaptor.hpp>
 #include <vram/source/host_source.hpp>
 #include <vram/source/simulated_device_source.hpp>
 
@@ -124,10 +124,10 @@ struct logging_adaptor_fixture {
   }
 };
 
-struct faulty_source_fixture {
-  static constexpr const char* name = "faulty_source<host_source> (no faults planned)";
+struct fault_injection_adaptor_fixture {
+  static constexpr const char* name = "fault_injection_adaptor<host_source> (no faults planned)";
   static constexpr bool host_accessible = true;
-  static faulty_source<host_source> make() { return faulty_source<host_source>(host_source{}); }
+  static fault_injection_adaptor<host_source> make() { return fault_injection_adaptor<host_source>(host_source{}); }
 };
 
 /// Every host-side resource: the conformance suite runs on each.
@@ -135,6 +135,6 @@ using host_fixtures = std::tuple<host_source_fixture, simulated_device_fixture, 
                                  stream_pool_host_fixture, stream_pool_contiguous_fixture,
                                  activation_arena_fixture, budget_slab_fixture, statistics_adaptor_fixture,
                                  quota_adaptor_fixture, tracker_adaptor_fixture, retry_adaptor_fixture,
-                                 logging_adaptor_fixture, faulty_source_fixture>;
+                                 logging_adaptor_fixture, fault_injection_adaptor_fixture>;
 
 }  // namespace vram::test

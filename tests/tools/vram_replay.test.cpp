@@ -14,7 +14,7 @@
 #include <sstream>
 #include <string>
 
-#include <vram/detail/json.hpp>
+#include <vram/trace/detail/json.hpp>
 
 namespace {
 
@@ -91,7 +91,7 @@ TEST_CASE("shared traces with --json and --html") {
   CHECK(r.out.find("7946 allocs, 7549 frees") != std::string::npos);
   CHECK(r.out.find("18692 allocs, 18692 frees") != std::string::npos);
   std::string text = slurp(json);
-  vram::detail::json_reader reader(text, json);
+  vram::detail::trace::json_reader reader(text, json);
   auto doc = reader.parse_value();
   REQUIRE(doc.is_array());
   REQUIRE(doc.array.size() == 4);

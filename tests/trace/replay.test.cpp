@@ -11,9 +11,9 @@
 #include <string>
 #include <unordered_map>
 
-#include <vram/detail/json.hpp>
-#include <vram/detail/step_quantile.hpp>
-#include <vram/trace/allocators.hpp>
+#include <vram/trace/detail/json.hpp>
+#include <vram/trace/detail/quantiles.hpp>
+#include <vram-replay/lineup.hpp>
 #include <vram/trace/read_trace.hpp>
 #include <vram/trace/replay.hpp>
 #include <vram/trace/report.hpp>
@@ -105,7 +105,7 @@ TEST_CASE("built-in workloads are consistent traces") {
 TEST_CASE("every default configuration replays every built-in workload") {
   vram::trace::replay_options o;
   for (const trace& t : vram::trace::builtin_workloads())
-    for (const auto& c : vram::trace::default_allocators()) {
+    for (const auto& c : vram_replay::default_allocators()) {
       INFO(t.name << " on " << c.name);
       auto r = c.run(t, o);
       CHECK(r.allocator == c.name);
@@ -123,8 +123,8 @@ TEST_CASE("real traces replay on the pools with the trace's own peak live and no
   for (const char* file : {"memory.pickle", "medium_1024_training_memory_snapshot.pickle", "df_index_resolver.json.gz",
                            "pangu_2.6B.csv"}) {
     const trace& t = real(file);
-    for (const auto& c : {vram::trace::pool_contiguous_config(), vram::trace::pool_segments_config(),
-                          vram::trace::upstream_config(), vram::trace::rmm_pool_model_config()}) {
+    for (const auto& c : {vram_replay::pool_contiguous_config(), vram_replay::pool_segments_config(),
+                          vram_replay::upstream_config(), vram_replay::rmm_pool_model_config()}) {
       INFO(file << " on " << c.name);
       auto r = c.run(t, o);
       CHECK(r.peak_live_bytes == t.peak_live_bytes());
@@ -141,13 +141,13 @@ TEST_CASE("capacity below peak live: every configuration reports OOMs, none cras
   vram::trace::replay_options o;
   o.capacity = std::size_t{1} << 30;  // 1 GiB < 1.66 GiB live
   o.time_operations = false;
-  for (const auto& c : vram::trace::default_allocators()) {
+  for (const auto& c : vram_replay::default_allocators()) {
     INFO(c.name);
     auto r = c.run(t, o);
     CHECK(r.ooms > 0);
     CHECK(r.peak_reserved_bytes <= o.capacity);
   }
-  auto slab = vram::trace::slab_config().run(t, o);  // spills instead of failing
+  auto slab = vram_replay::slab_config().run(t, o);  // spills instead of failing
   CHECK(slab.ooms == 0);
   CHECK(slab.peak_spilled_bytes > 0);
   CHECK(slab.peak_live_bytes == t.peak_live_bytes());
@@ -156,11 +156,11 @@ TEST_CASE("capacity below peak live: every configuration reports OOMs, none cras
 TEST_CASE("JSON and HTML reports parse") {
   trace t = small_trace();
   std::vector<vram::trace::replay_result> results;
-  for (const auto& c : vram::trace::default_allocators()) results.push_back(c.run(t, {}));
+  for (const auto& c : vram_replay::default_allocators()) results.push_back(c.run(t, {}));
   std::ostringstream json;
   vram::trace::write_json(json, results);
   std::string text = json.str();
-  vram::detail::json_reader reader(text, "report.json");
+  vram::detail::trace::json_reader reader(text, "report.json");
   auto doc = reader.parse_value();
   CHECK(reader.at_end());
   REQUIRE(doc.is_array());
@@ -211,7 +211,7 @@ std::vector<std::uint32_t> read_in_steps(Draw draw, double step, bool jitter, st
 }  // namespace
 
 TEST_CASE("step_quantile recovers a median that a clock moving in 10-unit steps hides") {
-  using vram::detail::step_quantile;
+  using vram::detail::trace::step_quantile;
   for (double true_median : {33.0, 45.0, 47.5, 52.0, 58.0}) {
     // Narrow spreads are where the plain median is furthest off (it reads 40, 50 or 60).
     std::uniform_real_distribution<double> spread(true_median - 4, true_median + 4);
@@ -236,7 +236,7 @@ TEST_CASE("step_quantile recovers a median that a clock moving in 10-unit steps 
 }
 
 TEST_CASE("step_quantile is the plain quantile on a clock without steps, and on tiny samples") {
-  using vram::detail::step_quantile;
+  using vram::detail::trace::step_quantile;
   std::mt19937_64 rng(3);
   std::uniform_int_distribution<std::uint32_t> ns(20, 120);
   std::vector<std::uint32_t> v(10001);

@@ -16,10 +16,10 @@
 #include <vram/core/concepts.hpp>
 #include <vram/core/error.hpp>
 #include <vram/core/tenant.hpp>
-#include <vram/detail/adaptor_base.hpp>
-#include <vram/detail/adaptor_rmm_csv.hpp>
+#include <vram/adaptor/detail/adaptor_base.hpp>
+#include <vram/trace/detail/rmm_csv.hpp>
 #include <vram/detail/throw.hpp>
-#include <vram/detail/tracker_records.hpp>
+#include <vram/adaptor/detail/tracker/records.hpp>
 
 namespace vram {
 
@@ -34,8 +34,8 @@ namespace vram {
 /// and when the last copy is destroyed. Capabilities: those of adaptor_base (stats, release,
 /// owns, try_allocate, check_invariants pass through). Complexity: O(1) plus the write.
 template <class Upstream>
-class logging_adaptor : public detail::adaptor_base<logging_adaptor<Upstream>, Upstream> {
-  using base = detail::adaptor_base<logging_adaptor<Upstream>, Upstream>;
+class logging_adaptor : public detail::adaptor::adaptor_base<logging_adaptor<Upstream>, Upstream> {
+  using base = detail::adaptor::adaptor_base<logging_adaptor<Upstream>, Upstream>;
   using base::upstream_;
 
  public:
@@ -46,14 +46,14 @@ class logging_adaptor : public detail::adaptor_base<logging_adaptor<Upstream>, U
     state_->file = std::make_unique<std::ofstream>(path, std::ios::trunc);
     if (!*state_->file) detail::throw_invalid_argument(name(), "cannot open the log file");
     state_->out = state_->file.get();
-    *state_->out << detail::rmm_csv_header;
+    *state_->out << detail::trace::rmm_csv_header;
   }
   /// Logs to `out`, which must outlive every copy of this adaptor.
   logging_adaptor(Upstream upstream, std::ostream& out,
                   std::shared_ptr<const tenant_registry> registry = tenant_registry::global())
       : base(std::move(upstream)), state_(std::make_shared<state>(std::move(registry))) {
     state_->out = &out;
-    out << detail::rmm_csv_header;
+    out << detail::trace::rmm_csv_header;
   }
 
   [[nodiscard]] static constexpr const char* name() noexcept { return "logging_adaptor"; }
@@ -106,10 +106,10 @@ class logging_adaptor : public detail::adaptor_base<logging_adaptor<Upstream>, U
   void log(const char* action, const void* p, std::size_t bytes, stream_ref s) noexcept {
     try {
       auto thread = std::hash<std::thread::id>{}(std::this_thread::get_id());
-      auto path = detail::tenant_path(*state_->registry, current_tenant());
-      auto now = detail::tracker_now_us();
+      auto path = detail::tracker::tenant_path(*state_->registry, current_tenant());
+      auto now = detail::tracker::tracker_now_us();
       std::lock_guard lock(state_->mutex);
-      detail::write_rmm_csv_line(*state_->out, thread, now, action, reinterpret_cast<std::uintptr_t>(p), bytes,
+      detail::trace::write_rmm_csv_line(*state_->out, thread, now, action, reinterpret_cast<std::uintptr_t>(p), bytes,
                                  s.key(), path);
     } catch (...) {  // logging is best effort: it must not break deallocation
     }

@@ -19,9 +19,9 @@
 #include <vram/core/error_handler.hpp>
 #include <vram/core/observer.hpp>
 #include <vram/core/tenant.hpp>
-#include <vram/detail/adaptor_base.hpp>
-#include <vram/detail/adaptor_pointer_map.hpp>
-#include <vram/detail/adaptor_throw.hpp>
+#include <vram/adaptor/detail/adaptor_base.hpp>
+#include <vram/adaptor/detail/pointer_map.hpp>
+#include <vram/detail/throw.hpp>
 #include <vram/detail/throw.hpp>
 
 namespace vram {
@@ -57,8 +57,8 @@ using soft_limit_callback = std::function<void(tenant t, std::size_t soft_limit,
 /// the upstream's check_invariants pass through (adaptor_base); stats() adds the upstream's.
 /// Complexity: O(depth of the tenant) atomics + one sharded hash-map update per operation.
 template <class Upstream, class Observer = no_observer>
-class quota_adaptor : public detail::adaptor_base<quota_adaptor<Upstream, Observer>, Upstream> {
-  using base = detail::adaptor_base<quota_adaptor<Upstream, Observer>, Upstream>;
+class quota_adaptor : public detail::adaptor::adaptor_base<quota_adaptor<Upstream, Observer>, Upstream> {
+  using base = detail::adaptor::adaptor_base<quota_adaptor<Upstream, Observer>, Upstream>;
   using base::upstream_;
 
  public:
@@ -243,7 +243,7 @@ class quota_adaptor : public detail::adaptor_base<quota_adaptor<Upstream, Observ
     }
     std::shared_ptr<const tenant_registry> registry;
     std::array<quota_level, max_tenants> levels{};
-    detail::adaptor_pointer_map<record> pointers;
+    detail::adaptor::adaptor_pointer_map<record> pointers;
     std::atomic<std::size_t> live{0};  // == sum of recorded bytes
     std::atomic<std::size_t> peak_live{0};
     std::atomic<std::size_t> allocations{0};

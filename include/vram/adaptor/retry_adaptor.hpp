@@ -16,7 +16,7 @@
 
 #include <vram/core/concepts.hpp>
 #include <vram/core/error.hpp>
-#include <vram/detail/adaptor_base.hpp>
+#include <vram/adaptor/detail/adaptor_base.hpp>
 
 namespace vram {
 
@@ -51,8 +51,8 @@ struct retry_options {
 /// pass through; try_allocate retries like allocate). Complexity: the upstream's, plus
 /// callbacks on the failure path only.
 template <class Upstream>
-class retry_adaptor : public detail::adaptor_base<retry_adaptor<Upstream>, Upstream> {
-  using base = detail::adaptor_base<retry_adaptor<Upstream>, Upstream>;
+class retry_adaptor : public detail::adaptor::adaptor_base<retry_adaptor<Upstream>, Upstream> {
+  using base = detail::adaptor::adaptor_base<retry_adaptor<Upstream>, Upstream>;
   using base::upstream_;
 
  public:

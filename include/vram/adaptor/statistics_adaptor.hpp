@@ -11,8 +11,8 @@
 #include <vram/core/error.hpp>
 #include <vram/core/error_handler.hpp>
 #include <vram/core/tenant.hpp>
-#include <vram/detail/adaptor_base.hpp>
-#include <vram/detail/adaptor_counters.hpp>
+#include <vram/adaptor/detail/adaptor_base.hpp>
+#include <vram/adaptor/detail/counters.hpp>
 
 namespace vram {
 
@@ -38,13 +38,13 @@ namespace vram {
 /// through); stats() adds the upstream's (reserved bytes, free blocks) to the counters here.
 /// Complexity: O(1) per operation; stats() is O(shards x max_tenants).
 template <class Upstream>
-class statistics_adaptor : public detail::adaptor_base<statistics_adaptor<Upstream>, Upstream> {
-  using base = detail::adaptor_base<statistics_adaptor<Upstream>, Upstream>;
+class statistics_adaptor : public detail::adaptor::adaptor_base<statistics_adaptor<Upstream>, Upstream> {
+  using base = detail::adaptor::adaptor_base<statistics_adaptor<Upstream>, Upstream>;
   using base::upstream_;
 
  public:
   explicit statistics_adaptor(Upstream upstream = Upstream{})
-      : base(std::move(upstream)), counters_(std::make_shared<detail::adaptor_counters>()) {}
+      : base(std::move(upstream)), counters_(std::make_shared<detail::adaptor::adaptor_counters>()) {}
 
   [[nodiscard]] static constexpr const char* name() noexcept { return "statistics_adaptor"; }
 
@@ -126,7 +126,7 @@ class statistics_adaptor : public detail::adaptor_base<statistics_adaptor<Upstre
   }
 
  private:
-  std::shared_ptr<detail::adaptor_counters> counters_;
+  std::shared_ptr<detail::adaptor::adaptor_counters> counters_;
 };
 
 }  // namespace vram

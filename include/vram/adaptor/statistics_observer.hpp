@@ -9,7 +9,7 @@
 #include <vram/core/observer.hpp>
 #include <vram/core/stats.hpp>
 #include <vram/core/tenant.hpp>
-#include <vram/detail/adaptor_counters.hpp>
+#include <vram/adaptor/detail/counters.hpp>
 
 namespace vram {
 
@@ -59,7 +59,7 @@ class statistics_observer {
 
  private:
   struct state {
-    detail::adaptor_counters counters;
+    detail::adaptor::adaptor_counters counters;
     std::atomic<std::size_t> reserved{0}, peak_reserved{0}, grows{0}, releases{0};
   };
   std::shared_ptr<state> state_;

@@ -24,11 +24,11 @@
 #include <vram/core/event.hpp>
 #include <vram/core/tag_scope.hpp>
 #include <vram/core/tenant.hpp>
-#include <vram/detail/adaptor_base.hpp>
+#include <vram/adaptor/detail/adaptor_base.hpp>
 #include <vram/detail/throw.hpp>
-#include <vram/detail/tracker_export.hpp>
-#include <vram/detail/tracker_records.hpp>
-#include <vram/detail/tracker_state.hpp>
+#include <vram/adaptor/detail/tracker/export.hpp>
+#include <vram/adaptor/detail/tracker/records.hpp>
+#include <vram/adaptor/detail/tracker/state.hpp>
 
 namespace vram {
 
@@ -57,13 +57,13 @@ namespace vram {
 /// check_invariants pass through (adaptor_base); stats() adds the upstream's.
 /// Complexity: O(1) expected per operation (hash map); snapshot() O(n log n).
 template <class Upstream>
-class tracker_adaptor : public detail::adaptor_base<tracker_adaptor<Upstream>, Upstream> {
-  using base = detail::adaptor_base<tracker_adaptor<Upstream>, Upstream>;
+class tracker_adaptor : public detail::adaptor::adaptor_base<tracker_adaptor<Upstream>, Upstream> {
+  using base = detail::adaptor::adaptor_base<tracker_adaptor<Upstream>, Upstream>;
   using base::upstream_;
 
  public:
   explicit tracker_adaptor(Upstream upstream = Upstream{}, tracker_options options = {})
-      : base(std::move(upstream)), state_(std::make_shared<detail::tracker_state>(std::move(options), name())) {}
+      : base(std::move(upstream)), state_(std::make_shared<detail::tracker::tracker_state>(std::move(options), name())) {}
 
   [[nodiscard]] static constexpr const char* name() noexcept { return "tracker_adaptor"; }
 
@@ -109,7 +109,7 @@ class tracker_adaptor : public detail::adaptor_base<tracker_adaptor<Upstream>, U
   /// Who holds memory now, grouped by tenant and by tag, largest first; `largest` holds up to
   /// `top` allocations.
   [[nodiscard]] tracker_snapshot snapshot(std::size_t top = 16) const {
-    return detail::tracker_state::summarize(state_->live_copy(), *state_->options.registry, top);
+    return detail::tracker::tracker_state::summarize(state_->live_copy(), *state_->options.registry, top);
   }
 
   /// Live allocations in address order.
@@ -127,7 +127,7 @@ class tracker_adaptor : public detail::adaptor_base<tracker_adaptor<Upstream>, U
   /// PyTorch memory snapshot pickle (opens in pytorch.org/memory_viz).
   void write_memory_snapshot(std::ostream& out) const { state_->write_memory_snapshot(out); }
   /// RMM CSV log of the event history, with a Tenant column.
-  void write_csv(std::ostream& out) const { detail::tracker_write_rmm_csv(out, state_->export_data()); }
+  void write_csv(std::ostream& out) const { detail::tracker::tracker_write_rmm_csv(out, state_->export_data()); }
   /// JSON: totals, holders, live allocations, events.
   void write_json(std::ostream& out) const { state_->write_json(out); }
   /// A text report naming the biggest holders.
@@ -179,7 +179,7 @@ class tracker_adaptor : public detail::adaptor_base<tracker_adaptor<Upstream>, U
   }
 
  private:
-  std::shared_ptr<detail::tracker_state> state_;
+  std::shared_ptr<detail::tracker::tracker_state> state_;
 };
 
 }  // namespace vram

@@ -12,7 +12,7 @@
 
 #include <vram/core/observer.hpp>
 #include <vram/core/tenant.hpp>
-#include <vram/detail/tracker_state.hpp>
+#include <vram/adaptor/detail/tracker/state.hpp>
 
 namespace vram {
 
@@ -34,7 +34,7 @@ namespace vram {
 class tracker_observer {
  public:
   explicit tracker_observer(tracker_options options = {})
-      : state_(std::make_shared<detail::tracker_state>(std::move(options), name())) {}
+      : state_(std::make_shared<detail::tracker::tracker_state>(std::move(options), name())) {}
 
   [[nodiscard]] static constexpr const char* name() noexcept { return "tracker_observer"; }
 
@@ -55,20 +55,20 @@ class tracker_observer {
   }
 
   [[nodiscard]] tracker_snapshot snapshot(std::size_t top = 16) const {
-    return detail::tracker_state::summarize(state_->live_copy(), *state_->options.registry, top);
+    return detail::tracker::tracker_state::summarize(state_->live_copy(), *state_->options.registry, top);
   }
   [[nodiscard]] std::vector<tracked_allocation> live_allocations() const { return state_->live_copy(); }
   [[nodiscard]] std::vector<tracker_event> events() const { return state_->events_copy(); }
   /// Frees requested whose completion is not recorded yet.
   [[nodiscard]] std::size_t pending_frees() const { return state_->pending_frees(); }
   void write_memory_snapshot(std::ostream& out) const { state_->write_memory_snapshot(out); }
-  void write_csv(std::ostream& out) const { detail::tracker_write_rmm_csv(out, state_->export_data()); }
+  void write_csv(std::ostream& out) const { detail::tracker::tracker_write_rmm_csv(out, state_->export_data()); }
   void write_json(std::ostream& out) const { state_->write_json(out); }
   void write_report(std::ostream& out, std::size_t top = 10) const { state_->write_report(out, top); }
   bool dump(const std::string& path) const { return state_->dump(path); }
 
  private:
-  std::shared_ptr<detail::tracker_state> state_;
+  std::shared_ptr<detail::tracker::tracker_state> state_;
 };
 
 static_assert(observer<tracker_observer>);

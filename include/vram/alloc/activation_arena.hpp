@@ -19,7 +19,7 @@
 #include <vram/core/observer.hpp>
 #include <vram/core/properties.hpp>
 #include <vram/core/stats.hpp>
-#include <vram/detail/arena_chunk.hpp>
+#include <vram/alloc/detail/activation_arena/chunk.hpp>
 #include <vram/detail/throw.hpp>
 #include <vram/source/host_source.hpp>
 
@@ -281,8 +281,8 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       if (i > current_ && !c.blocks.empty()) fail("a chunk above the current one holds blocks");
       // The current chunk's top and block count are the hot copy's.
       const char* top = &c == hot_ ? top_ : c.top;
-      const detail::arena_block* first = c.blocks.begin();
-      const detail::arena_block* last = first + block_count(c);
+      const detail::activation_arena::arena_block* first = c.blocks.begin();
+      const detail::activation_arena::arena_block* last = first + block_count(c);
       if (top < c.base || last > first + c.blocks.capacity()) fail("the top or the record end is outside the chunk");
       const auto used = static_cast<std::size_t>(top - c.base);
       const std::size_t high = rising_ && &c == hot_ ? std::max(c.high, used) : c.high;
@@ -341,12 +341,12 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   /// Bumps `bytes` into `c` at any valid alignment, or returns nullptr when it does not fit.
   /// A gap left below the block by a larger alignment is recorded as a dead gap record, so
   /// the blocks stay contiguous. May throw bad_alloc (growing the record), nothing changed.
-  void* bump(detail::arena_chunk& c, std::size_t bytes, std::size_t footprint, std::size_t align) {
+  void* bump(detail::activation_arena::arena_chunk& c, std::size_t bytes, std::size_t footprint, std::size_t align) {
     const std::size_t gap = align_up(reinterpret_cast<std::uintptr_t>(c.top), align) - reinterpret_cast<std::uintptr_t>(c.top);
     if (gap > c.room() || c.room() - gap < footprint) return nullptr;
     c.blocks.reserve_more(gap != 0 ? 2 : 1);
     if (gap != 0) {
-      c.blocks.push_unchecked({c.top, detail::arena_block::dead_bit | detail::arena_block::gap_bit | gap});
+      c.blocks.push_unchecked({c.top, detail::activation_arena::arena_block::dead_bit | detail::activation_arena::arena_block::gap_bit | gap});
       dead_ += gap;
       ++dead_records_;
     }
@@ -401,7 +401,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
       detail::throw_out_of_memory(name(), bytes, stream_, stats());
     }
     try {
-      detail::arena_chunk c;
+      detail::activation_arena::arena_chunk c;
       c.base = c.top = static_cast<char*>(base);
       c.limit = c.base + size;
       c.epoch = c.born = epoch_;
@@ -543,16 +543,16 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     stats_.requested_bytes -= requested;
   }
   /// A record dropped by rewind(): a live block is freed, a dead one leaves the dead totals.
-  void forget(const detail::arena_block& b) noexcept {
+  void forget(const detail::activation_arena::arena_block& b) noexcept {
     if (b.live()) note_free(b.requested());
     else drop({static_cast<std::size_t>(b.end() - b.start), 1});
   }
   /// Dead records popped off a chunk leave the dead totals.
-  void drop(detail::dead_run d) noexcept {
+  void drop(detail::activation_arena::dead_run d) noexcept {
     dead_ -= d.bytes;
     dead_records_ -= d.records;
   }
-  static std::vector<detail::arena_chunk> take_chunks(activation_arena& o) noexcept {
+  static std::vector<detail::activation_arena::arena_chunk> take_chunks(activation_arena& o) noexcept {
     o.park();
     return std::exchange(o.chunks_, {});
   }
@@ -580,7 +580,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   }
 
   /// The blocks of `c`, parked or not.
-  [[nodiscard]] std::size_t block_count(const detail::arena_chunk& c) const noexcept {
+  [[nodiscard]] std::size_t block_count(const detail::activation_arena::arena_chunk& c) const noexcept {
     return &c == hot_ ? static_cast<std::size_t>(rec_ - c.blocks.begin()) : c.blocks.size();
   }
 
@@ -599,7 +599,7 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     }
   }
 
-  void give_back(detail::arena_chunk& c) noexcept {
+  void give_back(detail::activation_arena::arena_chunk& c) noexcept {
     if (c.base == nullptr) return;
     observer_.on_release(c.base, c.bytes());
     upstream_.deallocate(stream_, c.base, c.bytes(), default_alignment);
@@ -612,12 +612,12 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   [[no_unique_address]] Observer observer_;
   stream_ref stream_;
   std::size_t chunk_bytes_;
-  std::vector<detail::arena_chunk> chunks_;  // in the order a step uses them
+  std::vector<detail::activation_arena::arena_chunk> chunks_;  // in the order a step uses them
   std::size_t current_ = 0;                  // the chunk being bumped; chunks above it hold nothing live
   // == chunks_.empty() ? &no_chunk_ : &chunks_[current_], never null (no_chunk_ has no room
   // and no blocks, so both hot paths fall through to the slow ones).
-  detail::arena_chunk no_chunk_{};
-  detail::arena_chunk* hot_ = &no_chunk_;
+  detail::activation_arena::arena_chunk no_chunk_{};
+  detail::activation_arena::arena_chunk* hot_ = &no_chunk_;
   // The current chunk's bump state, kept in the arena itself so the hot paths read it with no
   // load of hot_ first. It is the truth for the current chunk: hot_->top and hot_->blocks'
   // end are stale until park() writes these back, and sync_hot() reloads them (const members
@@ -626,8 +626,8 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
   //   rec_cap_ == the end of its capacity
   char* top_ = nullptr;
   char* limit_ = nullptr;
-  detail::arena_block* rec_ = no_chunk_.blocks.end_ptr();
-  detail::arena_block* rec_cap_ = rec_;
+  detail::activation_arena::arena_block* rec_ = no_chunk_.blocks.end_ptr();
+  detail::activation_arena::arena_block* rec_cap_ = rec_;
   std::size_t step_last_ = 0;                // the highest chunk used in this step (current_ <= step_last_)
   std::uint64_t epoch_ = 0;                  // the step; bumped by reset()
   // live bytes == below_ + hot_->used() - dead_ (blocks are contiguous from each chunk's base),

@@ -23,8 +23,8 @@
 #include <vram/core/event.hpp>
 #include <vram/core/observer.hpp>
 #include <vram/core/stats.hpp>
-#include <vram/detail/slab_pages.hpp>
-#include <vram/detail/slab_thread_cache.hpp>
+#include <vram/alloc/detail/budget_slab/pages.hpp>
+#include <vram/alloc/detail/budget_slab/thread_cache.hpp>
 #include <vram/detail/throw.hpp>
 #include <vram/source/host_source.hpp>
 #if VRAM_HAS_CUDA
@@ -112,13 +112,13 @@ using default_spill_source = host_source;
 template <class Device, class Spill = default_spill_source, class Observer = no_observer>
   requires resource<Device> && resource<Spill>
 class budget_slab {
-  using page = detail::slab::page;
+  using page = detail::budget_slab::page;
 
  public:
   budget_slab(Device device, Spill spill, budget_slab_options options, Observer observer = {})
       : device_(std::move(device)), spill_(std::move(spill)), observer_(std::move(observer)),
         spill_budget_(options.spill_budget) {
-    namespace ds = detail::slab;
+    namespace ds = detail::budget_slab;
     std::size_t reserve = align_down(options.device_budget, ds::page_bytes);
     if (reserve == 0) detail::throw_invalid_argument(name(), "device_budget must be at least one page (64 KiB)");
     if (reserve > max_request_bytes) detail::throw_invalid_argument(name(), "absurd device_budget");
@@ -166,7 +166,7 @@ class budget_slab {
   ~budget_slab() {
     // Detach the thread caches (a thread that exits later must not flush into a dead slab).
     // Not under lock_: a thread exiting now holds its cache's retire_mutex and then takes lock_.
-    std::vector<std::shared_ptr<detail::slab::thread_cache>> caches;
+    std::vector<std::shared_ptr<detail::budget_slab::thread_cache>> caches;
     {
       std::lock_guard lock(lock_);
       caches.swap(caches_);
@@ -191,8 +191,8 @@ class budget_slab {
   [[nodiscard]] void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
     // The hot path: 1..32 KiB at the default alignment, from this thread's cache (no lock).
     // Everything else (a slab's block under the lock, runs, pressure, spill): allocate_slow.
-    if (bytes - 1 < detail::slab::max_class && align == default_alignment) [[likely]] {
-      if (void* p = take_cached(detail::slab::class_of(bytes), bytes)) [[likely]] {
+    if (bytes - 1 < detail::budget_slab::max_class && align == default_alignment) [[likely]] {
+      if (void* p = take_cached(detail::budget_slab::class_of(bytes), bytes)) [[likely]] {
         observer_.on_allocate(p, bytes, s);
         return p;
       }
@@ -204,7 +204,7 @@ class budget_slab {
   /// allocate() when the hot path did not serve: checks, new slabs, runs, pressure, spill.
   [[gnu::noinline]] void* allocate_slow(stream_ref s, std::size_t bytes, std::size_t align) {
     detail::check_request(name(), bytes, align);
-    if (align > detail::slab::page_bytes) [[unlikely]]
+    if (align > detail::budget_slab::page_bytes) [[unlikely]]
       detail::throw_invalid_argument(name(), "alignment above the slab page (64 KiB)");
     if (bytes == 0) return nullptr;
     void* p = allocate_device(bytes, align);
@@ -299,10 +299,10 @@ class budget_slab {
     const page& pg = pages_[i];
     if (pg.type == page::kind::run_head) return off == 0;
     if (pg.type != page::kind::slab) return false;
-    std::size_t cb = detail::slab::class_bytes(pg.cls);
-    std::size_t k = off >> detail::slab::class_shift(pg.cls);
+    std::size_t cb = detail::budget_slab::class_bytes(pg.cls);
+    std::size_t k = off >> detail::budget_slab::class_shift(pg.cls);
     return (off & (cb - 1)) == 0 && bit(pg, k) &&
-           blocks_[i]->state[k].load(std::memory_order_relaxed) == detail::slab::block_state::live;
+           blocks_[i]->state[k].load(std::memory_order_relaxed) == detail::budget_slab::block_state::live;
   }
 
   /// Runs before spilling with the bytes requested; may free memory of this slab (or evict
@@ -320,14 +320,14 @@ class budget_slab {
     return spill_budget_;
   }
   /// The device bytes this slab manages (the budget rounded down to whole pages).
-  [[nodiscard]] std::size_t device_budget() const noexcept { return page_count_ * detail::slab::page_bytes; }
+  [[nodiscard]] std::size_t device_budget() const noexcept { return page_count_ * detail::budget_slab::page_bytes; }
 
   /// A snapshot: live_bytes counts both sides (device blocks as rounded, spilled as asked);
   /// reserved_bytes == device_budget() + spilled_bytes; free/largest/blocks describe the device.
   [[nodiscard]] vram::stats stats() const {
     std::lock_guard lock(lock_);
     vram::stats s = snapshot_locked();
-    s.largest_free_block = runs_.largest() * detail::slab::page_bytes;
+    s.largest_free_block = runs_.largest() * detail::budget_slab::page_bytes;
     s.free_blocks = runs_.runs() + free_class_blocks_;
     if (s.largest_free_block == 0 && free_class_blocks_ != 0) s.largest_free_block = largest_free_class_block();
     return s;
@@ -338,7 +338,7 @@ class budget_slab {
   /// lock, so a check while they run may see a state no single instant had.
   void check_invariants() const {
 #if VRAM_DEBUG
-    namespace ds = detail::slab;
+    namespace ds = detail::budget_slab;
     std::lock_guard lock(lock_);
     std::vector<char> covered(page_count_, 0);  // 1 free, 2 slab, 3 run
     std::size_t device_live = 0, free_blocks = 0, live_blocks = 0, cached_bytes = 0;
@@ -445,11 +445,11 @@ class budget_slab {
 
   [[nodiscard]] bool in_budget(const void* p) const noexcept {
     auto a = reinterpret_cast<std::uintptr_t>(p), b = reinterpret_cast<std::uintptr_t>(base_);
-    return a >= b && a - b < page_count_ * detail::slab::page_bytes;
+    return a >= b && a - b < page_count_ * detail::budget_slab::page_bytes;
   }
   [[nodiscard]] std::pair<std::size_t, std::size_t> locate(const void* p) const noexcept {
     auto off = static_cast<std::size_t>(static_cast<const char*>(p) - base_);
-    return {off / detail::slab::page_bytes, off % detail::slab::page_bytes};
+    return {off / detail::budget_slab::page_bytes, off % detail::budget_slab::page_bytes};
   }
   static bool bit(const page& pg, std::size_t k) noexcept { return (pg.bits[k / 64] >> (k % 64)) & 1u; }
 
@@ -482,7 +482,7 @@ class budget_slab {
   }
 
   /// Adds what the operations served by cache `c` changed to `s` (a snapshot while its owner runs).
-  static void add_cache_counters(vram::stats& s, const detail::slab::thread_cache& c) noexcept {
+  static void add_cache_counters(vram::stats& s, const detail::budget_slab::thread_cache& c) noexcept {
     const std::size_t allocations = c.allocations.load(std::memory_order_relaxed);
     s.live_bytes -= c.held_bytes();
     s.requested_bytes += c.requested_bytes.load(std::memory_order_relaxed);
@@ -493,27 +493,27 @@ class budget_slab {
   // ---- thread caches: no lock, no atomic read-modify-write ---------------------------------
 
   /// This thread's cache for this slab, or nullptr when it has none yet.
-  [[nodiscard]] detail::slab::thread_cache* own_cache() const noexcept {
-    auto& last = detail::slab::tls_last_cache;
+  [[nodiscard]] detail::budget_slab::thread_cache* own_cache() const noexcept {
+    auto& last = detail::budget_slab::tls_last_cache;
     if (last.slab_id == id_) [[likely]]
       return last.cache;
     return find_own_cache();
   }
-  [[gnu::noinline]] detail::slab::thread_cache* find_own_cache() const noexcept {
-    for (auto& [id, c] : detail::slab::tls_caches.owned)
+  [[gnu::noinline]] detail::budget_slab::thread_cache* find_own_cache() const noexcept {
+    for (auto& [id, c] : detail::budget_slab::tls_caches.owned)
       if (id == id_) {
-        detail::slab::tls_last_cache = {id_, c.get()};
+        detail::budget_slab::tls_last_cache = {id_, c.get()};
         return c.get();
       }
     return nullptr;
   }
   /// Makes this thread's cache (on its first free into this slab); nullptr when memory is short.
-  [[gnu::noinline]] detail::slab::thread_cache* make_own_cache() noexcept {
-    auto& set = detail::slab::tls_caches;
+  [[gnu::noinline]] detail::budget_slab::thread_cache* make_own_cache() noexcept {
+    auto& set = detail::budget_slab::tls_caches;
     try {
       set.forget_retired();
       set.owned.reserve(set.owned.size() + 1);
-      auto c = std::make_shared<detail::slab::thread_cache>();
+      auto c = std::make_shared<detail::budget_slab::thread_cache>();
       c->slab = this;
       c->retire = &retire_cache;
       {
@@ -521,7 +521,7 @@ class budget_slab {
         caches_.push_back(c);
       }
       set.owned.emplace_back(id_, c);  // cannot throw: reserved
-      detail::slab::tls_last_cache = {id_, c.get()};
+      detail::budget_slab::tls_last_cache = {id_, c.get()};
       return c.get();
     } catch (...) {
       return nullptr;
@@ -530,7 +530,7 @@ class budget_slab {
 
   /// allocate()'s first try: the newest cached block of class `cls`, or nullptr.
   [[gnu::always_inline]] void* take_cached(std::size_t cls, std::size_t bytes) noexcept {
-    namespace ds = detail::slab;
+    namespace ds = detail::budget_slab;
     ds::thread_cache* c = own_cache();
     if (c == nullptr) return nullptr;
     const std::size_t n = c->count(cls);
@@ -550,7 +550,7 @@ class budget_slab {
   /// this thread's cache (half of a full class list is flushed first). False, with nothing
   /// changed, for anything else: the locked path then frees it or reports the misuse.
   [[gnu::always_inline]] bool put_cached(void* p, std::size_t bytes, std::size_t align) noexcept {
-    namespace ds = detail::slab;
+    namespace ds = detail::budget_slab;
     auto [i, off] = locate(p);
     const std::uint8_t tag = class_tag_[i].load(std::memory_order_acquire);
     if (tag == 0) return false;  // not a slab (a run, a free page)
@@ -575,12 +575,12 @@ class budget_slab {
   }
 
   /// Gives the oldest `n` cached blocks of class `cls` back to their slabs. Runs on the owner.
-  void flush_cache(detail::slab::thread_cache& c, std::size_t cls, std::size_t n) noexcept {
+  void flush_cache(detail::budget_slab::thread_cache& c, std::size_t cls, std::size_t n) noexcept {
     std::lock_guard lock(lock_);
     flush_cache_locked(c, cls, n);
   }
-  void flush_cache_locked(detail::slab::thread_cache& c, std::size_t cls, std::size_t n) noexcept {
-    namespace ds = detail::slab;
+  void flush_cache_locked(detail::budget_slab::thread_cache& c, std::size_t cls, std::size_t n) noexcept {
+    namespace ds = detail::budget_slab;
     const std::size_t cb = ds::class_bytes(cls);
     for (std::size_t j = 0; j < n; ++j) {
       auto [i, off] = locate(c.blocks[cls][j]);
@@ -599,11 +599,11 @@ class budget_slab {
 
   /// Flushes this thread's whole cache (before spilling); true when it held anything.
   bool flush_own_cache() noexcept {
-    detail::slab::thread_cache* c = own_cache();
+    detail::budget_slab::thread_cache* c = own_cache();
     if (c == nullptr) return false;
     bool any = false;
     std::lock_guard lock(lock_);
-    for (std::size_t cls = 0; cls < detail::slab::class_count; ++cls) {
+    for (std::size_t cls = 0; cls < detail::budget_slab::class_count; ++cls) {
       any = any || c->count(cls) != 0;
       flush_cache_locked(*c, cls, c->count(cls));
     }
@@ -612,10 +612,10 @@ class budget_slab {
 
   /// A thread with a cache of this slab exits (its cache's retire_mutex held): flush it, fold
   /// its counters into the slab's, and forget it.
-  static void retire_cache(void* self, detail::slab::thread_cache& c) noexcept {
+  static void retire_cache(void* self, detail::budget_slab::thread_cache& c) noexcept {
     auto& slab = *static_cast<budget_slab*>(self);
     std::lock_guard lock(slab.lock_);
-    for (std::size_t cls = 0; cls < detail::slab::class_count; ++cls) slab.flush_cache_locked(c, cls, c.count(cls));
+    for (std::size_t cls = 0; cls < detail::budget_slab::class_count; ++cls) slab.flush_cache_locked(c, cls, c.count(cls));
     // Emptied: what it changed is its allocations (each one a deallocation too) and its
     // requested bytes, which go to requested_carried_ (counters_ keeps what the bitmaps hold).
     const std::size_t allocations = c.allocations.load(std::memory_order_relaxed);
@@ -630,7 +630,7 @@ class budget_slab {
 
   /// Takes the lowest free block of slab `i` (of class `cls`, listed: it has one). Pre: lock held.
   void* pop_block(std::size_t i, std::size_t cls, std::size_t bytes) noexcept {
-    namespace ds = detail::slab;
+    namespace ds = detail::budget_slab;
     page& pg = pages_[i];
     std::size_t k = 0;
     for (std::size_t w = 0; w < ds::bitmap_words; ++w) {
@@ -652,7 +652,7 @@ class budget_slab {
   /// Returns block k of slab i to its bitmap (and an emptied slab to the pages, unless it is
   /// its class's last one: no thrash). Pre: lock held, the block is allocated in the bitmap.
   void release_block(std::size_t i, std::size_t k) noexcept {
-    namespace ds = detail::slab;
+    namespace ds = detail::budget_slab;
     page& pg = pages_[i];
     blocks_[i]->state[k].store(ds::block_state::free, std::memory_order_relaxed);
     pg.bits[k / 64] &= ~(std::uint64_t{1} << (k % 64));
@@ -669,7 +669,7 @@ class budget_slab {
 
   /// From the budget, or nullptr when it has no room.
   void* allocate_device(std::size_t bytes, std::size_t align) {
-    namespace ds = detail::slab;
+    namespace ds = detail::budget_slab;
     std::size_t need = std::max(bytes, align);
     std::lock_guard lock(lock_);
     if (need <= ds::max_class) [[likely]] {
@@ -710,7 +710,7 @@ class budget_slab {
 
   /// Frees a device block, or reports misuse and changes nothing. Pre: lock held, in_budget(p).
   [[gnu::noinline]] void free_device(void* p, std::size_t bytes, std::size_t align) noexcept {
-    namespace ds = detail::slab;
+    namespace ds = detail::budget_slab;
     auto [i, off] = locate(p);
     page& pg = pages_[i];
     if (pg.type == page::kind::slab) {
@@ -747,7 +747,7 @@ class budget_slab {
     try {
       runs_.give(first, n);
     } catch (...) {  // a map node could not be allocated: the pages stay out of use (reported)
-      report_misuse({misuse::upstream_failure, name(), base_ + first * detail::slab::page_bytes, n, 0});
+      report_misuse({misuse::upstream_failure, name(), base_ + first * detail::budget_slab::page_bytes, n, 0});
     }
   }
 
@@ -798,31 +798,31 @@ class budget_slab {
     ++counters_.ooms;
     vram::stats snapshot = snapshot_locked();
     observer_.on_out_of_memory(bytes, s, snapshot);
-    detail::slab::throw_budgets_exhausted(name(), bytes, s, snapshot, device_budget(),
-                                          spill_budget_ == ~std::size_t{0} ? detail::slab::none : spill_budget_);
+    detail::throw_budgets_exhausted(name(), bytes, s, snapshot, device_budget(),
+                                          spill_budget_ == ~std::size_t{0} ? detail::budget_slab::none : spill_budget_);
   }
 
   // The per-class lists of slabs with a free block (doubly linked through the page table).
   void link(std::size_t cls, std::size_t i) noexcept {
     page& pg = pages_[i];
-    pg.prev = detail::slab::none;
+    pg.prev = detail::budget_slab::none;
     pg.next = partial_[cls];
-    if (pg.next != detail::slab::none) pages_[pg.next].prev = i;
+    if (pg.next != detail::budget_slab::none) pages_[pg.next].prev = i;
     partial_[cls] = i;
     pg.listed = true;
   }
   void unlink(std::size_t cls, std::size_t i) noexcept {
     page& pg = pages_[i];
-    if (pg.prev != detail::slab::none) pages_[pg.prev].next = pg.next;
+    if (pg.prev != detail::budget_slab::none) pages_[pg.prev].next = pg.next;
     else partial_[cls] = pg.next;
-    if (pg.next != detail::slab::none) pages_[pg.next].prev = pg.prev;
-    pg.prev = pg.next = detail::slab::none;
+    if (pg.next != detail::budget_slab::none) pages_[pg.next].prev = pg.prev;
+    pg.prev = pg.next = detail::budget_slab::none;
     pg.listed = false;
   }
 
   [[nodiscard]] std::size_t largest_free_class_block() const noexcept {
-    for (std::size_t c = detail::slab::class_count; c-- > 0;)
-      if (partial_[c] != detail::slab::none) return detail::slab::class_bytes(c);
+    for (std::size_t c = detail::budget_slab::class_count; c-- > 0;)
+      if (partial_[c] != detail::budget_slab::none) return detail::budget_slab::class_bytes(c);
     return 0;
   }
 
@@ -837,18 +837,18 @@ class budget_slab {
   char* base_ = nullptr;         // the first page: page-aligned, inside the reservation
   std::size_t page_count_ = 0;   // base_ + page_count_ * page_bytes <= reservation_ + reservation_bytes_
 
-  const std::uint64_t id_ = detail::slab::next_slab_id.fetch_add(1, std::memory_order_relaxed);  // never reused
+  const std::uint64_t id_ = detail::budget_slab::next_slab_id.fetch_add(1, std::memory_order_relaxed);  // never reused
   // Read without the lock by the thread caches (written under it):
   std::unique_ptr<std::atomic<std::uint8_t>[]> class_tag_;  // per page: class + 1 while a slab, else 0
-  std::vector<std::unique_ptr<detail::slab::slab_blocks>> blocks_;  // per page, made when it first becomes a slab
+  std::vector<std::unique_ptr<detail::budget_slab::slab_blocks>> blocks_;  // per page, made when it first becomes a slab
 
-  mutable detail::slab::spinlock lock_;  // guards everything below
+  mutable detail::budget_slab::spinlock lock_;  // guards everything below
   std::vector<page> pages_;
-  detail::slab::free_runs runs_;  // free pages + slab pages + run pages == page_count_
-  std::array<std::size_t, detail::slab::class_count> partial_{};  // per class: first slab with a free block
+  detail::budget_slab::free_runs runs_;  // free pages + slab pages + run pages == page_count_
+  std::array<std::size_t, detail::budget_slab::class_count> partial_{};  // per class: first slab with a free block
   std::size_t free_class_blocks_ = 0;  // free blocks in all slabs
   std::unordered_map<void*, spill_entry> spilled_;  // live spilled blocks
-  std::vector<std::shared_ptr<detail::slab::thread_cache>> caches_;  // of the threads that freed into this slab
+  std::vector<std::shared_ptr<detail::budget_slab::thread_cache>> caches_;  // of the threads that freed into this slab
   std::size_t spill_budget_;
   std::size_t spill_charged_ = 0;  // spilled_bytes + spills in flight <= spill_budget_ (unless lowered)
   // live_bytes == device blocks allocated in the bitmaps (cached ones too) + spilled_bytes;

@@ -25,12 +25,12 @@
 #include <vram/core/properties.hpp>
 #include <vram/core/stats.hpp>
 #include <vram/core/stream_ref.hpp>
-#include <vram/detail/pool_flat_map.hpp>
-#include <vram/detail/pool_free_index.hpp>
-#include <vram/detail/pool_mutex.hpp>
-#include <vram/detail/pool_size_classes.hpp>
-#include <vram/detail/pool_spin_lock.hpp>
-#include <vram/detail/pool_stream_marker.hpp>
+#include <vram/alloc/detail/stream_pool/flat_map.hpp>
+#include <vram/alloc/detail/stream_pool/free_index.hpp>
+#include <vram/alloc/detail/stream_pool/mutex.hpp>
+#include <vram/alloc/detail/stream_pool/size_classes.hpp>
+#include <vram/alloc/detail/stream_pool/spin_lock.hpp>
+#include <vram/alloc/detail/stream_pool/stream_marker.hpp>
 #include <vram/detail/throw.hpp>
 #include <vram/source/host_source.hpp>  // for the static_assert below
 
@@ -116,7 +116,7 @@ struct stream_pool_options {
 /// changes nothing.
 template <class Upstream, class Observer = no_observer>
 class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, Upstream> {
-  using classes = detail::pool_size_classes;
+  using classes = detail::stream_pool::size_classes;
   static constexpr std::size_t quantum = classes::quantum;
   static constexpr std::size_t max_lanes = 64;
   static constexpr std::size_t default_growth_step = std::size_t{64} << 20;
@@ -420,14 +420,14 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   /// What the heap knows about a stream that freed blocks.
   struct stream_info {
-    detail::pool_stream stream;
-    detail::pool_free_index<block> index;  // its free blocks (key 0: usable by every stream)
+    detail::stream_pool::freeing_stream stream;
+    detail::stream_pool::free_index<block> index;  // its free blocks (key 0: usable by every stream)
     std::uint64_t epoch = 0;       // incremented per free on this stream
-    std::optional<detail::pool_marker> pending;  // recorded at steal or merge time
+    std::optional<detail::stream_pool::stream_marker> pending;  // recorded at steal or merge time
     std::uint64_t pending_epoch = 0;             // blocks with epoch <= this precede `pending`
   };
 
-  using live_map = detail::pool_flat_map<block*>;
+  using live_map = detail::stream_pool::flat_map<block*>;
 
   /// The counters of the live blocks booked to one lane (under its lock) or to the heap
   /// (under the heap mutex): no counter is shared by two lanes, so threads on their own
@@ -498,9 +498,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
         : key(k), stream(s), bin_storage(std::make_unique<block*[]>(classes::count * bin_capacity)) {
       for (std::size_t i = 0; i < classes::count; ++i) bins[i].slots = bin_storage.get() + i * bin_capacity;
     }
-    mutable detail::pool_spin_lock mutex;
+    mutable detail::stream_pool::spin_lock mutex;
     std::uintptr_t key;
-    detail::pool_stream stream;
+    detail::stream_pool::freeing_stream stream;
     std::unique_ptr<block*[]> bin_storage;
     std::array<bin, classes::count> bins;
     live_map live;
@@ -607,7 +607,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   /// A bin miss: carves an exact block for `bytes` (rounded to the quantum) from the heap for lane l.
   [[gnu::noinline]] void* take_for_lane(lane& l, stream_ref s, std::size_t bytes) {
-    std::optional<detail::pool_marker> wait_on;
+    std::optional<detail::stream_pool::stream_marker> wait_on;
     block* b;
     {
       std::lock_guard heap_lock(heap_mutex_);
@@ -662,7 +662,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   [[gnu::noinline]] void* allocate_from_heap(stream_ref s, std::size_t bytes, std::size_t align) {
     detail::check_request(name(), bytes, align);  // bytes != 0: callers send zero elsewhere
     lane* l = lane_for(s);  // books the block (counters only); before the heap mutex: it may take it
-    std::optional<detail::pool_marker> wait_on;
+    std::optional<detail::stream_pool::stream_marker> wait_on;
     block* b;
     {
       std::lock_guard heap_lock(heap_mutex_);
@@ -944,7 +944,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   void chunks_changed() noexcept { top_ = chunks_.empty() ? nullptr : chunks_.rbegin()->second; }
 
   /// The smallest adequate block of another stream, and a marker the caller must wait on.
-  block* steal(std::uintptr_t key, std::size_t need, std::optional<detail::pool_marker>& wait_on) {
+  block* steal(std::uintptr_t key, std::size_t need, std::optional<detail::stream_pool::stream_marker>& wait_on) {
     block* best = nullptr;
     for (auto& [k, info] : streams_) {
       if (k == key || k == 0 || info.index.empty()) continue;
@@ -1000,7 +1000,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   /// the caller). Tries, in order: own/global best fit, another stream's (with a wait),
   /// merging bins and idle streams, growth, release + growth; then throws out_of_memory.
   block* heap_take(stream_ref s, std::size_t size, std::size_t align, std::size_t requested,
-                   std::optional<detail::pool_marker>& wait_on) {
+                   std::optional<detail::stream_pool::stream_marker>& wait_on) {
     std::uintptr_t key = s.key();
     const stream_info& own = info_of(key);
     std::size_t need = size + (align > quantum ? align - quantum : 0);
@@ -1320,7 +1320,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   std::vector<lane*> lane_list_;  // the lanes in creation order, for walks (guarded by heap_mutex_)
 
   // The heap, guarded by heap_mutex_. Lock order: heap_mutex_, then a lane's lock.
-  mutable detail::pool_mutex heap_mutex_;
+  mutable detail::stream_pool::heap_mutex heap_mutex_;
   // Free blocks are indexed per stream key (stream_info::index).
   std::map<std::uintptr_t, chunk*> chunks_;      // by address; sum of sizes == reserved_
   chunk* top_ = nullptr;                         // the highest chunk (its last block: the wilderness)

@@ -2,11 +2,14 @@
 // The error types every vram resource throws. They form one small family, so they share
 // this header (an exception to "one class per header": a user catching one wants all).
 //
-//   std::bad_alloc      <- vram::out_of_memory      (no memory: bytes, stream, resource, stats)
-//   std::runtime_error  <- vram::cuda_error         (a CUDA call failed: the cudaError_t)
-//   std::invalid_argument <- vram::invalid_argument (bad alignment, absurd size, ...)
+//   std::bad_alloc        <- vram::out_of_memory     (no memory: bytes, stream, resource, stats)
+//                              <- vram::quota_exceeded    (a tenant's hard limit: tenant, limit, usage)
+//                              <- vram::budgets_exhausted (budget_slab: device and spill budgets full)
+//   std::runtime_error    <- vram::cuda_error        (a CUDA call failed: the cudaError_t)
+//   std::invalid_argument <- vram::invalid_argument  (bad alignment, absurd size, ...)
+//                              <- vram::wrong_device      (a device's resource used on another device)
 //
-// vram::quota_exceeded (an out_of_memory) lives with the quota adaptor.
+// Every one is thrown through vram/detail/throw.hpp; none allocates on the out-of-memory path.
 
 #include <cstddef>
 #include <cstdio>
@@ -17,6 +20,7 @@
 #include <vram/core/config.hpp>
 #include <vram/core/stats.hpp>
 #include <vram/core/stream_ref.hpp>
+#include <vram/core/tenant_id.hpp>
 
 namespace vram {
 
@@ -60,6 +64,71 @@ class out_of_memory : public std::bad_alloc {
   std::size_t limit_;
 };
 
+/// Thrown before the upstream is touched: granting `bytes` to `requester` would take
+/// `limited` (the requester or one of its ancestors) past its hard limit. Allocates nothing.
+class quota_exceeded : public out_of_memory {
+ public:
+  /// `resource` and `tenant_name` must outlive the exception (literals, registry names).
+  quota_exceeded(const char* resource, std::size_t bytes, stream_ref stream, tenant requester, tenant limited,
+                 const char* tenant_name, std::size_t limit, std::size_t usage) noexcept
+      : out_of_memory(resource, bytes, stream),
+        requester_(requester),
+        limited_(limited),
+        tenant_name_(tenant_name),
+        limit_(limit),
+        usage_(usage) {
+    std::snprintf(message_, sizeof message_,
+                  "vram: out of memory (quota exceeded) in %s: tenant '%s' (id %u) uses %zu of its %zu byte limit; %zu bytes "
+                  "requested by tenant id %u",
+                  resource, tenant_name, limited.id, usage, limit, bytes, requester.id);
+  }
+
+  /// The tenant the request was made for.
+  [[nodiscard]] tenant requester() const noexcept { return requester_; }
+  /// The tenant whose hard limit refused it (the requester or an ancestor).
+  [[nodiscard]] tenant limited_tenant() const noexcept { return limited_; }
+  [[nodiscard]] const char* tenant_name() const noexcept { return tenant_name_; }
+  [[nodiscard]] std::size_t limit() const noexcept { return limit_; }
+  /// The limited tenant's usage when the request was refused (without the request).
+  [[nodiscard]] std::size_t usage() const noexcept { return usage_; }
+
+ private:
+  tenant requester_;
+  tenant limited_;
+  const char* tenant_name_;
+  std::size_t limit_;
+  std::size_t usage_;
+};
+
+/// Thrown by budget_slab when its device budget is full and the spill source cannot take the
+/// request either (its spill budget is full, or it failed). Names both budgets; allocates nothing.
+class budgets_exhausted : public out_of_memory {
+ public:
+  /// `spill_budget` is ~0 for an unlimited spill budget.
+  budgets_exhausted(const char* resource, std::size_t bytes, stream_ref stream, const vram::stats& snapshot,
+                    std::size_t device_budget, std::size_t spill_budget) noexcept
+      : out_of_memory(resource, bytes, stream, snapshot), device_budget_(device_budget), spill_budget_(spill_budget) {
+    const std::size_t device_live = snapshot.live_bytes - snapshot.spilled_bytes;
+    if (spill_budget == ~std::size_t{0})
+      std::snprintf(message_, sizeof message_,
+                    "vram: out of memory in %s: %zu bytes requested; device budget %zu bytes (%zu live) is full "
+                    "and the spill source (unlimited budget, %zu spilled) failed",
+                    resource, bytes, device_budget, device_live, snapshot.spilled_bytes);
+    else
+      std::snprintf(message_, sizeof message_,
+                    "vram: out of memory in %s: %zu bytes requested; device budget %zu bytes (%zu live) and "
+                    "spill budget %zu bytes (%zu spilled) are both exhausted",
+                    resource, bytes, device_budget, device_live, spill_budget, snapshot.spilled_bytes);
+  }
+  [[nodiscard]] std::size_t device_budget() const noexcept { return device_budget_; }
+  /// ~0 when the spill budget is unlimited.
+  [[nodiscard]] std::size_t spill_budget() const noexcept { return spill_budget_; }
+
+ private:
+  std::size_t device_budget_;
+  std::size_t spill_budget_;
+};
+
 /// Thrown when a CUDA call fails for a reason other than memory exhaustion.
 class cuda_error : public std::runtime_error {
  public:
@@ -79,6 +148,28 @@ class cuda_error : public std::runtime_error {
 class invalid_argument : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
+};
+
+/// Thrown when memory is requested from a device's resource while a different device is
+/// current: the memory would live on a device the calling code's kernels do not run on.
+/// Carries both device ids; what() allocates nothing beyond the base class message.
+class wrong_device : public invalid_argument {
+ public:
+  wrong_device(const char* resource, int expected, int actual)
+      : invalid_argument("vram: resource used on the wrong device"), expected_(expected), actual_(actual) {
+    std::snprintf(message_, sizeof message_, "vram: %s: resource of device %d used while device %d is current",
+                  resource, expected, actual);
+  }
+  [[nodiscard]] const char* what() const noexcept override { return message_; }
+  /// The device the resource belongs to.
+  [[nodiscard]] int expected_device() const noexcept { return expected_; }
+  /// The device that was current.
+  [[nodiscard]] int current_device() const noexcept { return actual_; }
+
+ private:
+  char message_[160];
+  int expected_;
+  int actual_;
 };
 
 }  // namespace vram

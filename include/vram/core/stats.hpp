@@ -2,6 +2,7 @@
 // The one statistics struct every vram allocator fills.
 
 #include <cstddef>
+#include <cstdint>
 
 namespace vram {
 
@@ -44,6 +45,15 @@ struct stats {
   [[nodiscard]] double reserved_per_live() const noexcept {
     return live_bytes == 0 ? 0.0 : static_cast<double>(reserved_bytes) / static_cast<double>(live_bytes);
   }
+};
+
+/// What statistics_adaptor knows about one tenant. live_bytes is signed: a tenant that frees
+/// memory another tenant allocated goes negative instead of wrapping (see statistics_adaptor).
+struct tenant_stats {
+  std::int64_t live_bytes = 0;
+  std::size_t allocations = 0;
+  std::size_t deallocations = 0;
+  [[nodiscard]] std::size_t live_allocations() const noexcept { return allocations - deallocations; }
 };
 
 }  // namespace vram

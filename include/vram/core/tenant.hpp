@@ -18,6 +18,7 @@
 #include <mutex>
 #include <string_view>
 
+#include <vram/core/tenant_id.hpp>
 #include <vram/detail/throw.hpp>
 
 namespace vram {
@@ -27,15 +28,6 @@ namespace vram {
 inline constexpr std::size_t max_tenants = 256;
 /// Longest tenant name kept (longer names are truncated).
 inline constexpr std::size_t max_tenant_name = 47;
-
-/// A tenant id. Cheap to copy; meaningful with the registry that created it.
-struct tenant {
-  std::uint32_t id = 0;
-
-  /// The default tenant: allocations made outside any tenant_scope.
-  [[nodiscard]] static constexpr tenant none() noexcept { return tenant{}; }
-  friend constexpr bool operator==(tenant, tenant) noexcept = default;
-};
 
 /// Names tenants and links each to an optional parent.
 ///

@@ -18,6 +18,24 @@ namespace vram::detail {
   throw out_of_memory(resource, bytes, stream, snapshot, limit, limit_name);
 }
 
+[[noreturn, gnu::cold, gnu::noinline]] inline void throw_quota_exceeded(const char* resource, std::size_t bytes,
+                                                                      stream_ref stream, tenant requester,
+                                                                      tenant limited, const char* tenant_name,
+                                                                      std::size_t limit, std::size_t usage) {
+  throw quota_exceeded(resource, bytes, stream, requester, limited, tenant_name, limit, usage);
+}
+
+[[noreturn, gnu::cold, gnu::noinline]] inline void throw_budgets_exhausted(const char* resource, std::size_t bytes,
+                                                                         stream_ref stream, const stats& snapshot,
+                                                                         std::size_t device_budget,
+                                                                         std::size_t spill_budget) {
+  throw budgets_exhausted(resource, bytes, stream, snapshot, device_budget, spill_budget);
+}
+
+[[noreturn, gnu::cold, gnu::noinline]] inline void throw_wrong_device(const char* resource, int expected, int actual) {
+  throw wrong_device(resource, expected, actual);
+}
+
 [[noreturn, gnu::cold, gnu::noinline]] inline void throw_invalid_argument(const char* resource, const char* what) {
   throw invalid_argument(std::string("vram: ") + resource + ": " + what);
 }

@@ -13,7 +13,7 @@
 #include <vram/core/config.hpp>
 #include <vram/core/properties.hpp>
 #include <vram/core/resource_ref.hpp>
-#include <vram/detail/interop_throw.hpp>
+#include <vram/detail/throw.hpp>
 #include <vram/detail/throw.hpp>
 
 namespace vram {

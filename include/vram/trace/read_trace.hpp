@@ -34,9 +34,10 @@
 #define VRAM_TRACE_HAS_ZLIB 0
 #endif
 
-#include <vram/detail/json.hpp>
-#include <vram/detail/pickle.hpp>
-#include <vram/detail/trace_builder.hpp>
+#include <vram/trace/detail/json.hpp>
+#include <vram/trace/detail/text.hpp>
+#include <vram/trace/detail/pickle.hpp>
+#include <vram/trace/detail/trace_builder.hpp>
 #include <vram/trace/trace.hpp>
 
 namespace vram::trace {
@@ -50,59 +51,6 @@ class trace_error : public std::runtime_error {
 /// Sizes beyond this are taken as corrupt (no device has 2^48 bytes).
 inline constexpr std::uint64_t max_trace_bytes = std::uint64_t{1} << 48;
 
-namespace detail_reader {
-
-inline std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
-}
-
-inline std::vector<std::string_view> split(std::string_view line, char sep = ',') {
-  std::vector<std::string_view> out;
-  for (;;) {
-    auto p = line.find(sep);
-    out.push_back(trim(line.substr(0, p)));
-    if (p == std::string_view::npos) return out;
-    line.remove_prefix(p + 1);
-  }
-}
-
-/// Unsigned integer in decimal, or hex with a 0x prefix; false when malformed.
-inline bool parse_u64(std::string_view s, std::uint64_t& out) {
-  int base = 10;
-  if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
-    s.remove_prefix(2);
-    base = 16;
-  }
-  if (s.empty()) return false;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out, base);
-  return ec == std::errc{} && p == s.data() + s.size();
-}
-
-inline bool parse_i64(std::string_view s, std::int64_t& out) {
-  if (s.empty()) return false;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc{} && p == s.data() + s.size();
-}
-
-/// Iterates the lines of `text` (without the line break), with 1-based numbers.
-template <class F>
-void for_each_line(std::string_view text, F&& f) {
-  std::size_t number = 0;
-  while (!text.empty()) {
-    auto p = text.find('\n');
-    std::string_view line = text.substr(0, p);
-    ++number;
-    f(trim(line), number);
-    if (p == std::string_view::npos) break;
-    text.remove_prefix(p + 1);
-  }
-}
-
-inline std::string_view first_line(std::string_view text) { return trim(text.substr(0, text.find('\n'))); }
-
-}  // namespace detail_reader
 
 /// Decompresses gzip data (at most `limit` bytes of output, against decompression bombs).
 inline std::string gunzip(std::string_view data, const std::string& source,
@@ -157,12 +105,12 @@ inline std::string gunzip(std::string_view data, const std::string& source,
 /// frees of addresses never allocated in the window; recorded reserved bytes come from
 /// `segment_*` events, anchored at the segments' total at the end.
 inline trace read_pytorch_snapshot(std::string_view data, const std::string& source) {
-  using vram::detail::pickle_node;
+  using vram::detail::trace::pickle_node;
   using kind = pickle_node::kind;
-  vram::detail::pickle_document doc;
+  vram::detail::trace::pickle_document doc;
   try {
-    doc = vram::detail::parse_pickle(data, source);
-  } catch (const vram::detail::pickle_error& e) {
+    doc = vram::detail::trace::parse_pickle(data, source);
+  } catch (const vram::detail::trace::pickle_error& e) {
     throw trace_error(e.what());
   }
   const pickle_node& root = doc.at(doc.root);
@@ -179,7 +127,7 @@ inline trace read_pytorch_snapshot(std::string_view data, const std::string& sou
     nonempty += !t.items.empty();
     if (events == nullptr || t.items.size() > events->items.size()) events = &t;
   }
-  detail::trace_builder b(source, "pytorch-snapshot");
+  detail::trace::trace_builder b(source, "pytorch-snapshot");
   if (nonempty > 1) b.warn("several devices recorded: replaying the one with the most events");
 
   auto get_int = [&](const pickle_node& d, std::string_view key, std::int64_t& out) {
@@ -278,8 +226,8 @@ inline trace read_pytorch_snapshot(std::string_view data, const std::string& sou
 /// A PyTorch profiler (Kineto) Chrome trace: `[memory]` instant events of one CUDA device
 /// (`Device Type` 1); `Bytes` > 0 allocates, < 0 frees; `Total Reserved` is recorded.
 inline trace read_kineto(std::string_view text, const std::string& source) {
-  detail::trace_builder b(source, "kineto");
-  vram::detail::json_reader r(text, source);
+  detail::trace::trace_builder b(source, "kineto");
+  vram::detail::trace::json_reader r(text, source);
   std::int64_t device = -1;
   std::size_t other_devices = 0;
   // Events of several host threads are not in time order in the file: collect, then sort.
@@ -290,7 +238,7 @@ inline trace read_kineto(std::string_view text, const std::string& source) {
     std::int64_t allocated;        // "Total Allocated" after the event, < 0: not recorded
   };
   std::vector<record> records;
-  auto on_event = [&](const vram::detail::json_value& e) {
+  auto on_event = [&](const vram::detail::trace::json_value& e) {
     const auto* name = e.find("name");
     if (name == nullptr || !name->is_string() || name->string != "[memory]") return;
     const auto* args = e.find("args");
@@ -316,14 +264,14 @@ inline trace read_kineto(std::string_view text, const std::string& source) {
     const auto* index = args->find("Ev Idx");
     const auto* reserved = args->find("Total Reserved");
     const auto* allocated = args->find("Total Allocated");
-    records.push_back({vram::detail::saturate_to_int64(ts != nullptr && ts->is_number() ? ts->number * 1000.0 : 0.0),
+    records.push_back({vram::detail::trace::saturate_to_int64(ts != nullptr && ts->is_number() ? ts->number * 1000.0 : 0.0),
                        index != nullptr && index->is_number() ? index->as_int() : 0,
                        static_cast<std::uint64_t>(addr->integer), n,
                        reserved != nullptr && reserved->is_number() && reserved->number >= 0
-                           ? vram::detail::saturate_to_int64(reserved->number)
+                           ? vram::detail::trace::saturate_to_int64(reserved->number)
                            : -1,
                        allocated != nullptr && allocated->is_number() && allocated->number >= 0
-                           ? vram::detail::saturate_to_int64(allocated->number)
+                           ? vram::detail::trace::saturate_to_int64(allocated->number)
                            : -1});
   };
   auto events_array = [&] {
@@ -335,7 +283,7 @@ inline trace read_kineto(std::string_view text, const std::string& source) {
       r.skim_value();
       std::string_view slice = text.substr(start, r.offset() - start);
       if (slice.find("\"[memory]\"") == std::string_view::npos) continue;
-      vram::detail::json_reader event_reader(slice, source, start);
+      vram::detail::trace::json_reader event_reader(slice, source, start);
       on_event(event_reader.parse_value(1));
     }
   };
@@ -359,7 +307,7 @@ inline trace read_kineto(std::string_view text, const std::string& source) {
       if (!found) throw trace_error(source + ": a JSON file without 'traceEvents' (not a Chrome/Kineto trace)");
     }
     if (!r.at_end()) r.fail("trailing data after the JSON value");
-  } catch (const vram::detail::json_error& e) {
+  } catch (const vram::detail::trace::json_error& e) {
     throw trace_error(e.what());
   }
   std::stable_sort(records.begin(), records.end(), [](const record& a, const record& c) {
@@ -388,12 +336,12 @@ inline trace read_kineto(std::string_view text, const std::string& source) {
 /// An RMM log (`rmm::mr::logging_resource_adaptor`): header `Thread,Time,Action,Pointer,Size,Stream`
 /// (column order free, an optional `Tenant` column ignored); `allocate failure` rows are skipped.
 inline trace read_rmm_csv(std::string_view text, const std::string& source) {
-  detail::trace_builder b(source, "rmm-csv");
+  detail::trace::trace_builder b(source, "rmm-csv");
   int c_time = -1, c_action = -1, c_ptr = -1, c_size = -1, c_stream = -1;
   std::size_t columns = 0;
-  detail_reader::for_each_line(text, [&](std::string_view line, std::size_t number) {
+  detail::trace::for_each_line(text, [&](std::string_view line, std::size_t number) {
     if (line.empty()) return;
-    auto f = detail_reader::split(line);
+    auto f = detail::trace::split(line);
     if (columns == 0) {
       columns = f.size();
       for (std::size_t i = 0; i < f.size(); ++i) {
@@ -410,10 +358,10 @@ inline trace read_rmm_csv(std::string_view text, const std::string& source) {
     auto where = [&] { return source + ": line " + std::to_string(number); };
     if (f.size() < columns) return b.warn(where() + ": too few fields: skipped");
     std::uint64_t ptr = 0, size = 0, stream = 0;
-    if (!detail_reader::parse_u64(f[std::size_t(c_ptr)], ptr) || !detail_reader::parse_u64(f[std::size_t(c_size)], size) ||
+    if (!detail::trace::parse_u64(f[std::size_t(c_ptr)], ptr) || !detail::trace::parse_u64(f[std::size_t(c_size)], size) ||
         size > max_trace_bytes)
       return b.warn(where() + ": invalid Pointer or Size: skipped");
-    if (c_stream >= 0 && !detail_reader::parse_u64(f[std::size_t(c_stream)], stream)) stream = 0;
+    if (c_stream >= 0 && !detail::trace::parse_u64(f[std::size_t(c_stream)], stream)) stream = 0;
     // Time: "HH:MM:SS.ffffff" (or seconds); ordering comes from the line order anyway.
     std::int64_t t = 0;
     if (c_time >= 0) {
@@ -425,7 +373,7 @@ inline trace read_rmm_csv(std::string_view text, const std::string& source) {
         seconds = seconds * 60 + part;
         if (!(in >> colon) || colon != ':') break;
       }
-      t = vram::detail::saturate_to_int64(seconds * 1e9);
+      t = vram::detail::trace::saturate_to_int64(seconds * 1e9);
     }
     auto action = f[std::size_t(c_action)];
     if (action == "allocate") b.alloc(ptr, size, stream, t);
@@ -449,18 +397,18 @@ inline trace read_lifetime_csv(std::string_view text, const std::string& source)
   std::vector<row> rows;
   std::unordered_set<std::uint64_t> csv_ids;
   bool header = false;
-  detail_reader::for_each_line(text, [&](std::string_view line, std::size_t number) {
+  detail::trace::for_each_line(text, [&](std::string_view line, std::size_t number) {
     if (line.empty()) return;
     if (!header) {
       if (line != "id,lower,upper,size") throw trace_error(source + ": line 1: expected the header id,lower,upper,size");
       header = true;
       return;
     }
-    auto f = detail_reader::split(line);
+    auto f = detail::trace::split(line);
     std::uint64_t id = 0, size = 0;
     std::int64_t lower = 0, upper = 0;
-    if (f.size() != 4 || !detail_reader::parse_u64(f[0], id) || !detail_reader::parse_i64(f[1], lower) ||
-        !detail_reader::parse_i64(f[2], upper) || !detail_reader::parse_u64(f[3], size) || size > max_trace_bytes)
+    if (f.size() != 4 || !detail::trace::parse_u64(f[0], id) || !detail::trace::parse_i64(f[1], lower) ||
+        !detail::trace::parse_i64(f[2], upper) || !detail::trace::parse_u64(f[3], size) || size > max_trace_bytes)
       return t.warn(source + ": line " + std::to_string(number) + ": malformed row: skipped");
     if (upper <= lower) return t.warn(source + ": line " + std::to_string(number) + ": empty lifetime: skipped");
     // Events are keyed by the row, not by the CSV id: a planner's ids need not be unique.
@@ -498,20 +446,20 @@ inline trace read_vram_trace(std::string_view text, const std::string& source) {
   std::unordered_map<std::uint64_t, bool> seen;
   std::uint32_t max_stream = 0;
   bool window = false;
-  detail_reader::for_each_line(text, [&](std::string_view line, std::size_t number) {
+  detail::trace::for_each_line(text, [&](std::string_view line, std::size_t number) {
     auto where = [&] { return source + ": line " + std::to_string(number); };
     if (number == 1) {
       if (line != "# vram-trace 1") throw trace_error(where() + ": expected '# vram-trace 1'");
       return;
     }
     if (line.empty() || line.front() == '#' || line.starts_with("op,")) return;
-    auto f = detail_reader::split(line);
+    auto f = detail::trace::split(line);
     std::uint64_t id = 0, bytes = 0, stream = 0;
     std::int64_t time = 0;
-    if (f.size() != 5 || f[0].size() != 1 || !detail_reader::parse_u64(f[2], bytes) || bytes > max_trace_bytes ||
-        (!f[1].empty() && !detail_reader::parse_u64(f[1], id)) ||
-        (!f[3].empty() && (!detail_reader::parse_u64(f[3], stream) || stream > 65535)) ||
-        (!f[4].empty() && !detail_reader::parse_i64(f[4], time)))
+    if (f.size() != 5 || f[0].size() != 1 || !detail::trace::parse_u64(f[2], bytes) || bytes > max_trace_bytes ||
+        (!f[1].empty() && !detail::trace::parse_u64(f[1], id)) ||
+        (!f[3].empty() && (!detail::trace::parse_u64(f[3], stream) || stream > 65535)) ||
+        (!f[4].empty() && !detail::trace::parse_i64(f[4], time)))
       return t.warn(where() + ": malformed row: skipped");
     char op = f[0][0];
     auto s = static_cast<std::uint32_t>(stream);
@@ -570,7 +518,7 @@ inline trace parse_trace(std::string_view data, const std::string& source) {
   if (!data.empty() && static_cast<unsigned char>(data[0]) == 0x80) return read_pytorch_snapshot(data, source);
   auto start = data.find_first_not_of(" \t\r\n");
   if (start != std::string_view::npos && (data[start] == '{' || data[start] == '[')) return read_kineto(data, source);
-  auto line = detail_reader::first_line(data);
+  auto line = detail::trace::first_line(data);
   if (line.starts_with("# vram-trace")) return read_vram_trace(data, source);
   if (line == "id,lower,upper,size") return read_lifetime_csv(data, source);
   if (line.find("Action") != std::string_view::npos && line.find("Pointer") != std::string_view::npos)

@@ -17,7 +17,7 @@
 #include <vram/core/host_stream.hpp>
 #include <vram/core/stats.hpp>
 #include <vram/core/stream_ref.hpp>
-#include <vram/detail/step_quantile.hpp>
+#include <vram/trace/detail/quantiles.hpp>
 #include <vram/trace/trace.hpp>
 
 namespace vram::trace {
@@ -54,7 +54,7 @@ struct replay_result {
   std::size_t upstream_allocations = 0, upstream_deallocations = 0;
   std::uint64_t peak_spilled_bytes = 0;  ///< budget_slab: peak bytes served from the spill side
   /// Host time per operation, net of the timer's own cost (ns_clock, subtracted). Quantiles
-  /// are interpolated within the clock's step where it moves in steps (detail::step_quantile:
+  /// are interpolated within the clock's step where it moves in steps (detail::trace::step_quantile:
   /// 10 ns on the dev machines), so that they resolve what the step hides.
   double ns_per_op_p50 = 0, ns_per_op_p99 = 0, ns_per_op_mean = 0;
   /// The timer's own cost: the median of an empty region timed like an operation (two
@@ -106,7 +106,7 @@ replay_result replay(const trace& t, R& r, StatsOf&& stats_of, const std::vector
       auto start = std::chrono::steady_clock::now();
       ns.push_back(elapsed(start));
     }
-    out.ns_clock = detail::step_quantile(ns, 0.5);
+    out.ns_clock = detail::trace::step_quantile(ns, 0.5);
     ns.clear();
   }
   auto stream_of = [&](const event& e) { return e.stream < streams.size() ? streams[e.stream] : stream_ref{}; };
@@ -181,7 +181,7 @@ replay_result replay(const trace& t, R& r, StatsOf&& stats_of, const std::vector
     double sum = 0;
     for (auto x : ns) sum += x;
     out.ns_per_op_mean = std::max(0.0, sum / double(ns.size()) - out.ns_clock);
-    auto at = [&](double q) { return std::max(0.0, detail::step_quantile(ns, q) - out.ns_clock); };
+    auto at = [&](double q) { return std::max(0.0, detail::trace::step_quantile(ns, q) - out.ns_clock); };
     out.ns_per_op_p50 = at(0.50);
     out.ns_per_op_p99 = at(0.99);
   }

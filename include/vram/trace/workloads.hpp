@@ -12,38 +12,11 @@
 #include <string>
 #include <vector>
 
+#include <vram/trace/detail/emitter.hpp>
 #include <vram/trace/trace.hpp>
 
 namespace vram::trace {
 
-namespace detail_workloads {
-
-/// Emits allocs and frees with fresh ids.
-class emitter {
- public:
-  emitter(std::string name) {
-    t_.name = std::move(name);
-    t_.format = "generated";
-  }
-  std::uint64_t alloc(std::uint64_t bytes, std::uint32_t stream = 0) {
-    t_.events.push_back({event::op::alloc, stream, next_, bytes, tick_++});
-    sizes_.push_back(bytes);
-    t_.streams = std::max(t_.streams, stream + 1);
-    return next_++;
-  }
-  void free(std::uint64_t id, std::uint32_t stream = 0) {
-    t_.events.push_back({event::op::free, stream, id, sizes_[id], tick_++});
-  }
-  trace finish() && { return std::move(t_); }
-
- private:
-  trace t_;
-  std::vector<std::uint64_t> sizes_;
-  std::uint64_t next_ = 0;
-  std::int64_t tick_ = 0;
-};
-
-}  // namespace detail_workloads
 
 struct transformer_shape {
   std::uint64_t layers = 24, hidden = 2048, heads = 16, vocab = 50257;
@@ -56,7 +29,7 @@ struct transformer_shape {
 /// A training loop: Adam state appears at the first optimizer step (as in PyTorch); grads are
 /// allocated by backward and freed by zero_grad(set_to_none=True).
 inline trace transformer_training(const transformer_shape& m = {}) {
-  detail_workloads::emitter g(std::string("transformer-training") + (m.recompute ? "-recompute" : "") + " (L=" +
+  detail::trace::emitter g(std::string("transformer-training") + (m.recompute ? "-recompute" : "") + " (L=" +
                               std::to_string(m.layers) + ", h=" + std::to_string(m.hidden) + ", b=" +
                               std::to_string(m.batch) + ", s=" + std::to_string(m.sequence) + ")");
   const std::uint64_t h = m.hidden, d = m.dtype_bytes, tokens = m.batch * m.sequence;
@@ -168,7 +141,7 @@ struct kv_cache_shape {
 /// Multi-stream inference: each stream serves batches one after another; the per-layer K and
 /// V caches grow by reallocation (allocate larger, free the old), temporaries per step.
 inline trace kv_cache_inference(const kv_cache_shape& m = {}) {
-  detail_workloads::emitter g("kv-cache-inference (" + std::to_string(m.streams) + " streams, " +
+  detail::trace::emitter g("kv-cache-inference (" + std::to_string(m.streams) + " streams, " +
                               std::to_string(m.layers) + " layers)");
   std::mt19937 rng(m.seed);
   const std::uint64_t per_token = m.batch * m.kv_heads * m.head_dim * m.dtype_bytes;  // one of K or V, one layer

@@ -1,0 +1,376 @@
+#pragma once
+// The tracker's shared state: live allocations, frees pending on their streams, upstream
+// segments (when fed by an allocator's observer hooks), the event ring, and the exporters'
+// entry points. Used by tracker_adaptor
+// and tracker_observer; copies of either share one tracker_state.
+
+#include <algorithm>
+#include <cstddef>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <vram/core/error_handler.hpp>
+#include <vram/core/event.hpp>
+#include <vram/core/stream_ref.hpp>
+#include <vram/core/tag_scope.hpp>
+#include <vram/core/tenant.hpp>
+#include <vram/detail/throw.hpp>
+#include <vram/adaptor/detail/tracker/export.hpp>
+#include <vram/adaptor/detail/tracker/pending.hpp>
+#include <vram/adaptor/detail/tracker/records.hpp>
+
+namespace vram::detail::tracker {
+
+/// The records behind tracker_adaptor and tracker_observer.
+///
+/// What is recorded when (the PyTorch snapshot's order, per block):
+///   alloc           when the block is handed out;
+///   free_requested  when the caller frees it (the block leaves `live` for `pending`);
+///   free_completed  when its stream has reached the free (a host-stream task; on a CUDA
+///                   stream a marker polled at the next call), at once on the synchronous
+///                   stream -- or, whichever comes first, when an allocation or a released
+///                   segment overlaps the block: the allocator handing the memory out again
+///                   is when it knows the old use is over, and PyTorch never shows an alloc
+///                   inside a block whose free is still pending.
+/// In adaptor mode (`own_segment`) each block is also its own segment: segment_alloc before
+/// its alloc, segment_free right after its free_completed.
+struct tracker_state {
+  tracker_state(tracker_options o, const char* resource_name)
+      : options(std::move(o)), ring(options.event_capacity), resource(resource_name) {
+    if (!options.registry) throw_invalid_argument(resource, "null tenant registry");
+  }
+
+  /// A free requested and not yet completed.
+  struct pending_free {
+    tracked_allocation block;  // as it was live; block.stream is the allocating stream
+    std::uint64_t id;          // tells this free from a later one at the same address
+    std::uint64_t stream;      // the stream the free is ordered on
+    bool own_segment;
+  };
+
+  /// What record_free_requested decided.
+  struct free_ticket {
+    bool accepted = false;  // false: misuse (reported) or ignored; the upstream must not be called
+    std::uint64_t id = 0;   // != 0: pending until complete(address, id)
+  };
+
+  tracker_options options;
+  mutable std::mutex mutex;
+  // Invariants: live_bytes == sum of live[p].bytes;
+  //             live.size() == allocations - deallocations;
+  //             the ranges [a, a + bytes) of live and pending records are pairwise disjoint.
+  std::unordered_map<const void*, tracked_allocation> live;
+  std::map<std::uintptr_t, pending_free> pending;  // by address
+  tracker_pending_markers markers;                 // the pending frees on CUDA streams
+  std::uint64_t last_free_id = 0;
+  // Observer mode: (address, bytes) of uses the allocator handed out again before their free
+  // reached the observer (observers are called outside the allocator's locks); that late
+  // free is then ignored. Rare, hence a vector.
+  std::vector<std::pair<const void*, std::size_t>> superseded;
+  tracker_ring ring;
+  std::size_t live_bytes = 0, peak_live_bytes = 0;
+  std::size_t allocations = 0, deallocations = 0, ooms = 0;
+  const char* resource;  // for misuse reports
+  // Upstream segments [address, address + size) an allocator reported through its observer
+  // hooks (on_grow / on_release). Empty for tracker_adaptor: each allocation is its own segment.
+  std::map<std::uintptr_t, std::size_t> segments;
+
+  static std::uint64_t thread_hash() noexcept { return std::hash<std::thread::id>{}(std::this_thread::get_id()); }
+
+  void push(tracker_action a, std::uintptr_t p, std::size_t bytes, std::uint64_t stream, tenant t,
+            std::string_view tag, std::int64_t now, std::uint64_t device_free = 0) noexcept {
+    tracker_event e{a, p, bytes, stream, now, thread_hash(), t, device_free, {}};
+    e.set_tag(tag);
+    ring.push(e);
+  }
+  static std::uintptr_t address_of(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p); }
+
+  /// `own_segment`: the allocation is reported as a segment of its own (adaptor mode).
+  /// Throws bad_alloc (no host memory for the record), having recorded nothing of `p`.
+  void record_allocate(const void* p, std::size_t bytes, stream_ref s, tenant t, bool own_segment = true) {
+    tracked_allocation a{p, bytes, t, current_tag(), s.key(), tracker_now_us(), {}};
+#if VRAM_TRACKER_HAS_BACKTRACE
+    if (options.capture_stacks) {
+      a.frames.resize(options.max_frames);
+      int n = backtrace(a.frames.data(), static_cast<int>(a.frames.size()));
+      a.frames.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+    }
+#endif
+    std::lock_guard lock(mutex);
+    poll_locked();
+    if (auto old = live.find(p); old != live.end()) {
+      if (own_segment) return;  // an upstream handing out a live pointer twice: keep the first record
+      // The allocator handed p out again before the old use's free reached us.
+      superseded.emplace_back(p, old->second.bytes);
+      push(tracker_action::free_requested, address_of(p), old->second.bytes, old->second.stream, old->second.owner,
+           old->second.tag, a.time_us);
+      push(tracker_action::free_completed, address_of(p), old->second.bytes, old->second.stream, old->second.owner,
+           old->second.tag, a.time_us);
+      live_bytes -= old->second.bytes;
+      ++deallocations;
+      live.erase(old);
+    }
+    complete_overlapping_locked(address_of(p), bytes, a.time_us);
+    auto [it, inserted] = live.emplace(p, std::move(a));
+    const auto& r = it->second;
+    live_bytes += bytes;
+    peak_live_bytes = std::max(peak_live_bytes, live_bytes);
+    ++allocations;
+    if (own_segment) push(tracker_action::segment_alloc, address_of(p), bytes, r.stream, t, r.tag, r.time_us);
+    push(tracker_action::alloc, address_of(p), bytes, r.stream, t, r.tag, r.time_us);
+  }
+
+  /// Records free_requested and moves the record to `pending`. `report`: report misuse
+  /// (adaptor mode); an observer leaves that to the allocator.
+  free_ticket record_free_requested(const void* p, std::size_t bytes, stream_ref s, bool report = true,
+                                    bool own_segment = true) noexcept {
+    std::lock_guard lock(mutex);
+    poll_locked();
+    if (!report) {
+      auto late = std::find(superseded.begin(), superseded.end(), std::pair<const void*, std::size_t>(p, bytes));
+      if (late != superseded.end()) {  // recorded already, when p was handed out again
+        superseded.erase(late);
+        return {};
+      }
+    }
+    auto it = live.find(p);
+    if (it == live.end()) {
+      if (report) report_misuse({misuse::foreign_pointer, resource, p, bytes, 0});
+      return {};
+    }
+    if (it->second.bytes != bytes) {
+      if (report) report_misuse({misuse::wrong_size, resource, p, bytes, it->second.bytes});
+      return {};
+    }
+    auto now = tracker_now_us();
+    const tracked_allocation& a = it->second;
+    push(tracker_action::free_requested, address_of(p), bytes, s.key(), a.owner, a.tag, now);
+    live_bytes -= bytes;
+    ++deallocations;
+    free_ticket ticket{true, 0};
+    if (!s.is_synchronous()) {
+      try {
+        pending.emplace(address_of(p), pending_free{std::move(it->second), last_free_id + 1, s.key(), own_segment});
+        ticket.id = ++last_free_id;
+      } catch (...) {  // no host memory to keep it pending: complete it now (below)
+      }
+    }
+    if (ticket.id == 0) finish(address_of(p), a, s.key(), own_segment, now);
+    live.erase(it);
+    return ticket;
+  }
+
+  /// Arranges free_completed for `ticket` once `s` reaches the free, without blocking:
+  /// a task on a host stream, a polled marker on a CUDA stream (at once while the stream is
+  /// captured into a graph, whose work runs only at launch). `self` keeps the records alive
+  /// for the task. Where that cannot be arranged, the free is completed now.
+  void complete_after(const std::shared_ptr<tracker_state>& self, stream_ref s, const void* p,
+                      free_ticket ticket) noexcept {
+    if (ticket.id == 0) return;
+    auto a = address_of(p);
+    if (s.is_host()) {
+      try {
+        s.host().enqueue([self, a, id = ticket.id] { self->complete(a, id); });
+        return;
+      } catch (...) {  // no memory for the task
+      }
+    } else if (s.is_cuda()) {
+#if VRAM_HAS_CUDA
+      if (!cuda_stream_capturing(s.cuda())) {
+        std::lock_guard lock(mutex);
+        try {
+          markers.add(s, a, ticket.id);
+          return;
+        } catch (...) {  // the event call failed: the stream is broken, its work runs no more
+        }
+      }
+#endif
+    }
+    complete(a, ticket.id);
+  }
+
+  /// Records free_completed of the free `id` at `a`, unless an allocation completed it first.
+  void complete(std::uintptr_t a, std::uint64_t id) noexcept {
+    std::lock_guard lock(mutex);
+    complete_locked(a, id, tracker_now_us());
+  }
+
+  /// Looks at the markers of pending frees on CUDA streams (never waits). Pre: mutex held.
+  void poll_locked() noexcept {
+    if (markers.size() == 0) return;
+    auto now = tracker_now_us();
+    markers.poll([&](std::uintptr_t a, std::uint64_t id) { complete_locked(a, id, now); });
+  }
+
+  void complete_locked(std::uintptr_t a, std::uint64_t id, std::int64_t now) noexcept {
+    auto it = pending.find(a);
+    if (it == pending.end() || it->second.id != id) return;  // completed already
+    finish(a, it->second.block, it->second.stream, it->second.own_segment, now);
+    pending.erase(it);
+  }
+
+  /// Completes every pending free overlapping [a, a + bytes). Pre: mutex held.
+  void complete_overlapping_locked(std::uintptr_t a, std::size_t bytes, std::int64_t now) noexcept {
+    // Pending ranges are disjoint, so in address order their ends ascend too: the overlapping
+    // ones are those just below a + bytes whose end lies above a.
+    auto it = pending.lower_bound(a + bytes);
+    while (it != pending.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + prev->second.block.bytes <= a) break;
+      finish(prev->first, prev->second.block, prev->second.stream, prev->second.own_segment, now);
+      pending.erase(prev);
+    }
+  }
+
+  void finish(std::uintptr_t a, const tracked_allocation& b, std::uint64_t stream, bool own_segment,
+              std::int64_t now) noexcept {
+    push(tracker_action::free_completed, a, b.bytes, stream, b.owner, b.tag, now);
+    if (own_segment) push(tracker_action::segment_free, a, b.bytes, b.stream, b.owner, b.tag, now);
+  }
+
+  /// An allocator took [p, p + bytes) from its upstream (grow) or gave it back (release).
+  void record_segment(const void* p, std::size_t bytes, bool grow) noexcept {
+    std::lock_guard lock(mutex);
+    poll_locked();
+    auto a = address_of(p);
+    auto now = tracker_now_us();
+    if (!grow) complete_overlapping_locked(a, bytes, now);  // memory going back upstream is free
+    try {
+      if (grow) segments[a] = bytes;
+      else segments.erase(a);
+    } catch (...) {  // out of host memory for the map: the segment goes unrecorded
+    }
+    push(grow ? tracker_action::segment_alloc : tracker_action::segment_free, a, bytes, 0, tenant{}, "", now);
+  }
+
+  /// `device_free`: the bytes the failing allocator had free (written as PyTorch's device_free).
+  void record_oom(std::size_t bytes, stream_ref s, tenant t, std::size_t device_free) noexcept {
+    {
+      std::lock_guard lock(mutex);
+      poll_locked();
+      ++ooms;
+      push(tracker_action::oom, 0, bytes, s.key(), t, current_tag(), tracker_now_us(), device_free);
+    }
+    if (!options.oom_dump_path.empty()) {
+      try {
+        (void)dump(options.oom_dump_path);
+      } catch (...) {  // a failed dump must not replace the out_of_memory being thrown
+      }
+    }
+  }
+
+  // The readers poll first, so a snapshot shows every completion the streams have reached.
+  std::vector<tracked_allocation> live_copy() {
+    std::vector<tracked_allocation> v;
+    {
+      std::lock_guard lock(mutex);
+      poll_locked();
+      v.reserve(live.size());
+      for (auto& [p, a] : live) v.push_back(a);
+    }
+    std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.address < b.address; });
+    return v;
+  }
+  std::vector<tracker_event> events_copy() {
+    std::vector<tracker_event> v;
+    std::lock_guard lock(mutex);
+    poll_locked();
+    v.reserve(ring.size());
+    ring.for_each([&](const tracker_event& e) { v.push_back(e); });
+    return v;
+  }
+  std::size_t pending_frees() {
+    std::lock_guard lock(mutex);
+    poll_locked();
+    return pending.size();
+  }
+
+  /// One consistent copy (one lock): the final state and the history must agree, as the
+  /// viewer replays the history backwards from the final segments.
+  tracker_export_data export_data() {
+    tracker_export_data d{options.registry.get(), options.device, {}, {}, {}, 0, {}};
+    {
+      std::lock_guard lock(mutex);
+      poll_locked();
+      d.live.reserve(live.size());
+      for (auto& [p, a] : live) d.live.push_back(a);
+      d.pending.reserve(pending.size());
+      for (auto& [p, f] : pending) d.pending.push_back(f.block);  // address order already
+      d.events.reserve(ring.size());
+      ring.for_each([&](const tracker_event& e) { d.events.push_back(e); });
+      d.dropped_events = ring.dropped();
+      d.segments.assign(segments.begin(), segments.end());
+    }
+    std::sort(d.live.begin(), d.live.end(), [](auto& a, auto& b) { return a.address < b.address; });
+    return d;
+  }
+  void write_memory_snapshot(std::ostream& out) {
+    auto bytes = tracker_write_pytorch_snapshot(export_data());
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  void write_json(std::ostream& out) {
+    auto d = export_data();
+    tracker_write_json(out, d, summarize(d.live, *options.registry, 16));
+  }
+  void write_report(std::ostream& out, std::size_t top) {
+    tracker_write_report(out, summarize(live_copy(), *options.registry, top), *options.registry, top);
+  }
+
+  bool dump(const std::string& path) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    if (!out) return false;
+    auto ends_with = [&](std::string_view ext) {
+      return path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+    };
+    if (ends_with(".pickle") || ends_with(".pkl")) write_memory_snapshot(out);
+    else if (ends_with(".json")) write_json(out);
+    else if (ends_with(".csv")) tracker_write_rmm_csv(out, export_data());
+    else write_report(out, 10);
+    return static_cast<bool>(out);
+  }
+
+static tracker_snapshot summarize(const std::vector<tracked_allocation>& live, const tenant_registry& reg,
+                                  std::size_t top) {
+  tracker_snapshot s;
+  std::map<std::uint32_t, tracker_holder> tenants;
+  std::map<std::string, tracker_holder> tags;
+  for (const auto& a : live) {
+    s.live_bytes += a.bytes;
+    ++s.live_allocations;
+    auto& th = tenants[a.owner.id];
+    th.bytes += a.bytes;
+    ++th.allocations;
+    auto& gh = tags[a.tag];
+    gh.bytes += a.bytes;
+    ++gh.allocations;
+  }
+  auto by_bytes = [](const tracker_holder& a, const tracker_holder& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.name < b.name;
+  };
+  for (auto& [id, h] : tenants) {
+    h.name = tenant_path(reg, tenant{id});
+    s.by_tenant.push_back(std::move(h));
+  }
+  for (auto& [tag, h] : tags) {
+    h.name = tag;
+    s.by_tag.push_back(std::move(h));
+  }
+  std::sort(s.by_tenant.begin(), s.by_tenant.end(), by_bytes);
+  std::sort(s.by_tag.begin(), s.by_tag.end(), by_bytes);
+  s.largest = live;
+  std::sort(s.largest.begin(), s.largest.end(), [](auto& a, auto& b) { return a.bytes > b.bytes; });
+  if (s.largest.size() > top) s.largest.resize(top);
+  return s;
+}
+};
+
+}  // namespace vram::detail::tracker

@@ -1,0 +1,114 @@
+#pragma once
+// Turns a recorded address-based stream of allocs and frees into a vram::trace::trace:
+// addresses become ids (addresses are reused), streams become dense indices, frees of
+// addresses never seen become blocks live at the start (when their size is known) or
+// counted warnings.
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <vram/trace/trace.hpp>
+
+namespace vram::detail::trace {
+
+class trace_builder {
+ public:
+  trace_builder(std::string name, std::string format) {
+    trace_.name = std::move(name);
+    trace_.format = std::move(format);
+  }
+
+  /// An allocation of `bytes` at `addr`.
+  void alloc(std::uint64_t addr, std::uint64_t bytes, std::uint64_t stream, std::int64_t time_ns) {
+    if (auto it = live_.find(addr); it != live_.end()) {
+      trace_.warn("allocation at a live address " + std::to_string(addr) + ": the old block is taken as freed");
+      emit_free(it->second, stream, time_ns);
+      live_.erase(it);
+    }
+    std::uint64_t id = next_id_++;
+    live_.emplace(addr, block{id, bytes});
+    trace_.events.push_back({vram::trace::event::op::alloc, stream_index(stream), id, bytes, time_ns});
+  }
+
+  /// A free of `addr`; `bytes` is the recorded size (0 when the format has none).
+  void free(std::uint64_t addr, std::uint64_t bytes, std::uint64_t stream, std::int64_t time_ns) {
+    auto it = live_.find(addr);
+    if (it == live_.end()) {
+      if (bytes == 0) {
+        trace_.warn("free of unknown address " + std::to_string(addr) + " (no size): ignored");
+        return;
+      }
+      // Allocated before recording began: it was live at the start.
+      block b{next_id_++, bytes};
+      initial_.push_back({vram::trace::event::op::alloc, stream_index(stream), b.id, bytes, 0});
+      emit_free(b, stream, time_ns);
+      return;
+    }
+    emit_free(it->second, stream, time_ns);
+    live_.erase(it);
+  }
+
+  /// A block known (from an end-of-window snapshot) to be live at `addr`: when no allocation
+  /// in the window explains it, it was live from the start and is never freed.
+  void live_at_end(std::uint64_t addr, std::uint64_t bytes, std::uint64_t stream) {
+    if (live_.count(addr) != 0 || bytes == 0) return;
+    live_.emplace(addr, block{next_id_, bytes});
+    initial_.push_back({vram::trace::event::op::alloc, stream_index(stream), next_id_++, bytes, 0});
+  }
+
+  /// `bytes` allocated before the window beyond the blocks its frees revealed: one block,
+  /// live throughout (never freed).
+  void live_before_window(std::uint64_t bytes) {
+    std::uint64_t known = 0;
+    for (const auto& e : initial_) known += e.bytes;
+    if (bytes <= known) return;
+    initial_.push_back({vram::trace::event::op::alloc, 0, next_id_++, bytes - known, 0});
+  }
+
+  void recorded_reserved(std::uint64_t reserved) {
+    trace_.recorded_reserved.push_back({trace_.events.size(), reserved});  // re-based in finish()
+    if (!trace_.recorded_peak_reserved || reserved > *trace_.recorded_peak_reserved)
+      trace_.recorded_peak_reserved = reserved;
+  }
+
+  void warn(std::string message) { trace_.warn(std::move(message)); }
+  [[nodiscard]] std::size_t events() const noexcept { return trace_.events.size(); }
+
+  /// The finished trace: initial blocks first, then the window.
+  vram::trace::trace finish() && {
+    std::size_t n = initial_.size();
+    trace_.initial_live = n;
+    trace_.events.insert(trace_.events.begin(), initial_.begin(), initial_.end());
+    // Samples count window events: shift them past the initial blocks.
+    for (auto& s : trace_.recorded_reserved) s.event_index = std::min(s.event_index + n, trace_.events.size());
+    trace_.streams = static_cast<std::uint32_t>(std::max<std::size_t>(1, streams_.size()));
+    return std::move(trace_);
+  }
+
+ private:
+  struct block {
+    std::uint64_t id;
+    std::uint64_t bytes;
+  };
+
+  void emit_free(const block& b, std::uint64_t stream, std::int64_t time_ns) {
+    trace_.events.push_back({vram::trace::event::op::free, stream_index(stream), b.id, b.bytes, time_ns});
+  }
+
+  std::uint32_t stream_index(std::uint64_t stream) {
+    auto [it, inserted] = streams_.emplace(stream, static_cast<std::uint32_t>(streams_.size()));
+    return it->second;
+  }
+
+  vram::trace::trace trace_;
+  std::vector<vram::trace::event> initial_;
+  std::unordered_map<std::uint64_t, block> live_;  // recorded address -> live block
+  std::unordered_map<std::uint64_t, std::uint32_t> streams_;
+  std::uint64_t next_id_ = 0;
+};
+
+}  // namespace vram::detail::trace

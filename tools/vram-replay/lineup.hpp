@@ -1,0 +1,166 @@
+#pragma once
+// vram_replay::allocator_config: the allocator configurations vram-replay compares, each a
+// named function that builds a fresh allocator on a fresh device and replays a trace on it.
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <vram/alloc/activation_arena.hpp>
+#include <vram/alloc/budget_slab.hpp>
+#include <vram/alloc/stream_pool.hpp>
+#include <vram/core/host_stream.hpp>
+#include <vram/source/simulated_device_source.hpp>
+#include <vram/trace/replay.hpp>
+#include <peers/rmm_pool_model.hpp>
+
+namespace vram_replay {
+
+using namespace vram;
+using vram::trace::replay;
+using vram::trace::replay_options;
+using vram::trace::replay_result;
+using vram::trace::trace;
+
+/// One way of serving a trace. `run` builds everything afresh (device included), so runs are
+/// independent and may be repeated.
+struct allocator_config {
+  std::string name;
+  std::string description;
+  std::function<replay_result(const trace&, const replay_options&)> run;
+};
+
+namespace detail {
+
+/// One host stream per trace stream, so stream-ordered allocators see the trace's streams.
+struct trace_streams {
+  explicit trace_streams(std::uint32_t n) : streams(n) {
+    for (auto& s : streams) refs.emplace_back(s);
+  }
+  std::vector<host_stream> streams;
+  std::vector<stream_ref> refs;
+};
+
+/// 2 MiB: the page cudaMalloc and cuMemCreate map.
+inline constexpr std::size_t device_granularity = std::size_t{2} << 20;
+
+inline simulated_device_source device(std::size_t capacity, bool contiguous) {
+  return simulated_device_source(
+      simulated_device_options{.capacity = capacity, .granularity = device_granularity, .contiguous = contiguous});
+}
+
+/// Builds the allocator with `make()` and replays `t` on it: on one host stream per trace
+/// stream, or (`on_streams` false, for stream-bound allocators) all on the synchronous stream.
+template <class Make>
+replay_result run_with(const char* name, const trace& t, const replay_options& o, Make&& make, bool on_streams = true) {
+  trace_streams streams(on_streams ? t.streams : 0);
+  auto allocator = make();
+  auto result = replay(t, *allocator, [&] { return allocator->stats(); }, streams.refs, o);
+  result.allocator = name;
+  return result;
+}
+
+}  // namespace detail
+
+/// stream_pool on a contiguous (VMM-like) device, growing in place on demand.
+inline allocator_config pool_contiguous_config() {
+  return {"pool-contiguous", "stream_pool on a contiguous simulated device (cuda_vmm_source-like), growing on demand",
+          [](const trace& t, const replay_options& o) {
+            return detail::run_with("pool-contiguous", t, o, [&] {
+              return std::make_unique<stream_pool<simulated_device_source>>(detail::device(o.capacity, true),
+                                                                            stream_pool_options{});
+            });
+          }};
+}
+
+/// stream_pool on separate cudaMalloc-like chunks of 20 MiB (PyTorch's large-segment size)
+/// or the request, whichever is larger.
+inline allocator_config pool_segments_config() {
+  return {"pool-segments", "stream_pool on cudaMalloc-like segments (20 MiB growth step, no merging across segments)",
+          [](const trace& t, const replay_options& o) {
+            return detail::run_with("pool-segments", t, o, [&] {
+              return std::make_unique<stream_pool<simulated_device_source>>(
+                  detail::device(o.capacity, false), stream_pool_options{.growth_step = std::size_t{20} << 20});
+            });
+          }};
+}
+
+/// activation_arena on a contiguous device, 64 MiB chunks: fits LIFO (activation) traces;
+/// on others it shows what out-of-order frees cost a bump allocator. The arena is bound to
+/// one stream, so the whole trace runs on the synchronous stream.
+inline allocator_config arena_config() {
+  return {"arena", "activation_arena (64 MiB chunks) on a contiguous simulated device",
+          [](const trace& t, const replay_options& o) {
+            return detail::run_with("arena", t, o, [&] {
+              return std::make_unique<activation_arena<simulated_device_source>>(detail::device(o.capacity, true));
+            }, false);
+          }};
+}
+
+/// budget_slab with the whole capacity as its fixed device budget, spilling to a second
+/// simulated device standing in for pinned host memory. Its reserved bytes are the budget
+/// from the start, so it is not in the default list: use it with a --capacity below the
+/// trace's peak to see spills (peak_spilled_bytes) where the others report OOMs.
+inline allocator_config slab_config() {
+  return {"slab", "budget_slab: the capacity as a fixed device budget, spilling to (simulated) host memory",
+          [](const trace& t, const replay_options& o) {
+            using slab = budget_slab<simulated_device_source, simulated_device_source>;
+            return detail::run_with("slab", t, o, [&] {
+              return std::make_unique<slab>(detail::device(o.capacity, false),
+                                            detail::device(std::size_t{1} << 40, false),
+                                            budget_slab_options{.device_budget = o.capacity});
+            });
+          }};
+}
+
+/// Every allocation straight to the device (cudaMalloc / cudaFree each time): the baseline.
+inline allocator_config upstream_config() {
+  return {"upstream", "no pool: every allocation a cudaMalloc-like call on the simulated device (2 MiB pages)",
+          [](const trace& t, const replay_options& o) {
+            detail::trace_streams streams(t.streams);
+            auto dev = detail::device(o.capacity, false);
+            auto result = replay(t, dev, [&] { return dev.stats(); }, streams.refs, o);
+            result.allocator = "upstream";
+            return result;
+          }};
+}
+
+/// The peer: RMM's pool algorithm (rmm_pool_model.hpp) on cudaMalloc-like segments, starting
+/// empty (an initial pool size of 0) and growing by doubling (no maximum size).
+inline allocator_config rmm_pool_model_config() {
+  return {"rmm-pool-model",
+          "RMM's pool algorithm rebuilt (address-ordered lists: O(n) best fit and coalescing; growth by doubling on "
+          "cudaMalloc-like segments; no CUDA events)",
+          [](const trace& t, const replay_options& o) {
+            return detail::run_with("rmm-pool-model", t, o, [&] {
+              return std::make_unique<peers::rmm_pool_model<simulated_device_source>>(detail::device(o.capacity, false));
+            });
+          }};
+}
+
+/// The default comparison, in report order.
+inline std::vector<allocator_config> default_allocators() {
+  return {pool_contiguous_config(), pool_segments_config(), arena_config(), upstream_config(), rmm_pool_model_config()};
+}
+
+/// Every configuration (the defaults, then those that only make sense on request).
+inline std::vector<allocator_config> all_allocators() {
+  auto all = default_allocators();
+  all.push_back(slab_config());
+  return all;
+}
+
+/// The configuration called `name` among `all`; throws std::invalid_argument listing the names.
+inline allocator_config find_allocator(const std::vector<allocator_config>& all, const std::string& name) {
+  std::string names;
+  for (const auto& c : all) {
+    if (c.name == name) return c;
+    names += (names.empty() ? "" : ", ") + c.name;
+  }
+  throw std::invalid_argument("unknown allocator '" + name + "' (known: " + names + ")");
+}
+
+}  // namespace vram_replay
