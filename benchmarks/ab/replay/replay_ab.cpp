@@ -20,8 +20,8 @@
 
 #include "replay_op.hpp"
 
-void replay_base(const std::vector<ab::op>&, const ab::shape&, std::vector<std::uint32_t>&);
-void replay_head(const std::vector<ab::op>&, const ab::shape&, std::vector<std::uint32_t>&);
+void replay_base(const std::vector<ab::op>&, const ab::shape&, std::vector<std::uint32_t>&, std::uint64_t&);
+void replay_head(const std::vector<ab::op>&, const ab::shape&, std::vector<std::uint32_t>&, std::uint64_t&);
 
 namespace {
 
@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   std::printf("time-stamp counter: %.3f ticks/ns; timer %.1f ns (subtracted); %d rounds, order swapped each round\n",
               per_ns, timer / per_ns, rounds);
   std::printf("%-46s %9s %9s %11s %10s %10s\n", "trace", "base p50", "head p50", "head < / =", "base mean", "head mean");
+  bool different_places = false;  // a trace whose blocks the two builds place differently: exit 1
   for (int a = 2; a < argc; ++a) {
     vram::trace::trace t = vram::trace::read_trace(argv[a]);
     std::vector<ab::op> ops;
@@ -84,13 +85,17 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < ops.size(); ++i) ++count[kind[i] = (ops[i].bytes > small_max ? 2 : 0) + (ops[i].alloc ? 0 : 1)];
     std::vector<double> p50[2], mean[2], kind_p50[2][4], kind_mean[2][4];
     std::vector<std::uint32_t> ticks, of_kind[4];
-    replay_base(ops, shape, ticks);  // warm-up, not counted: the first replay pays page faults and cold caches
-    replay_head(ops, shape, ticks);
+    std::uint64_t placement[2];
+    replay_base(ops, shape, ticks, placement[0]);  // warm-up, not counted: the first replay pays page faults and cold caches
+    replay_head(ops, shape, ticks, placement[1]);
+    bool same_places = placement[0] == placement[1];
     int head_lower = 0, tied = 0;
     for (int r = 0; r < rounds; ++r) {
       for (int turn = 0; turn < 2; ++turn) {
         int side = (turn + r) % 2;  // 0: base, 1: head
-        (side == 0 ? replay_base : replay_head)(ops, shape, ticks);
+        std::uint64_t placed;
+        (side == 0 ? replay_base : replay_head)(ops, shape, ticks, placed);
+        same_places = same_places && placed == placement[side];
         double sum = 0;
         for (std::uint32_t x : ticks) sum += x;
         p50[side].push_back((quantile(ticks, 0.5) - timer) / per_ns);
@@ -121,6 +126,8 @@ int main(int argc, char** argv) {
     for (int k = 0; k < 4; ++k)
       if (!kind_mean[1][k].empty())
         std::printf(" %s %.1f -> %.1f%s", kind_name[k], median(kind_mean[0][k]), median(kind_mean[1][k]), k < 3 ? "," : "");
-    std::printf("\n");
+    std::printf("\n  returned addresses, base vs head: %s\n", same_places ? "identical" : "DIFFERENT");
+    if (!same_places) different_places = true;
   }
+  return different_places ? 1 : 0;
 }

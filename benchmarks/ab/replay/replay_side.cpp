@@ -15,8 +15,11 @@
 
 #include "replay_op.hpp"
 
-/// Replays `ops` on a fresh pool; ticks[i] = time-stamp counter ticks around operation i.
-void VRAM_AB_SIDE(const std::vector<ab::op>& ops, const ab::shape& shape, std::vector<std::uint32_t>& ticks) {
+/// Replays `ops` on a fresh pool; ticks[i] = time-stamp counter ticks around operation i;
+/// `placement` = a hash of every returned address, as an offset from the first one (so two
+/// builds that place every block alike agree, whatever the device's base address).
+void VRAM_AB_SIDE(const std::vector<ab::op>& ops, const ab::shape& shape, std::vector<std::uint32_t>& ticks,
+                  std::uint64_t& placement) {
   std::vector<vram::host_stream> host(shape.streams);
   std::vector<vram::stream_ref> streams(host.begin(), host.end());
   std::vector<void*> ptr(shape.slots, nullptr);
@@ -24,6 +27,8 @@ void VRAM_AB_SIDE(const std::vector<ab::op>& ops, const ab::shape& shape, std::v
   std::vector<std::uint32_t> on(shape.slots);
   vram::stream_pool<vram::simulated_device_source> pool(vram::simulated_device_source(std::size_t{80} << 30, true));
   ticks.resize(ops.size());
+  placement = 0xcbf29ce484222325ull;
+  std::uintptr_t origin = 0;
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const ab::op& o = ops[i];
     std::uint64_t start = ab::ticks_now();
@@ -33,6 +38,9 @@ void VRAM_AB_SIDE(const std::vector<ab::op>& ops, const ab::shape& shape, std::v
       pool.deallocate(streams[o.stream], ptr[o.slot], o.bytes);
     ticks[i] = static_cast<std::uint32_t>(ab::ticks_now() - start);
     if (o.alloc) {
+      auto at = reinterpret_cast<std::uintptr_t>(ptr[o.slot]);
+      if (origin == 0) origin = at;
+      placement = (placement ^ (at - origin)) * 0x100000001b3ull;  // FNV-1a over the offsets
       bytes[o.slot] = o.bytes;
       on[o.slot] = o.stream;
     } else {
