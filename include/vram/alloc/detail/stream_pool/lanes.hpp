@@ -1,0 +1,246 @@
+#pragma once
+// detail::stream_pool::lane and lane_table: stream_pool's per-stream fast path. A lane holds
+// one stream's bins (exact-size caches of recently freed small blocks), the map of every block
+// it owns, and the ledger of the live blocks allocated on its stream, all under its own small
+// lock, so threads on their own streams share no lock and write no common cache line. The
+// table finds a stream's lane without a lock; lanes are created under the heap mutex and live
+// as long as their pool.
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <vram/core/stream_ref.hpp>
+#include <vram/alloc/detail/stream_pool/flat_map.hpp>
+#include <vram/alloc/detail/stream_pool/heap.hpp>
+#include <vram/alloc/detail/stream_pool/size_classes.hpp>
+#include <vram/alloc/detail/stream_pool/spin_lock.hpp>
+#include <vram/alloc/detail/stream_pool/stream_marker.hpp>
+
+namespace vram::detail::stream_pool {
+
+using live_map = flat_map<block*>;
+
+/// The counters of the live blocks booked to one lane (under its lock) or to the heap
+/// (under the heap mutex): no counter is shared by two lanes, so threads on their own
+/// streams write no common cache line. live == sum of sizes <= peak_live; requested == sum
+/// of `requested` <= peak_requested.
+struct ledger {
+  std::size_t live = 0, peak_live = 0;
+  std::size_t requested = 0, peak_requested = 0;
+  std::size_t allocations = 0, deallocations = 0;
+  /// Books a block; `credit_live` / `credit_requested`: what was unbooked elsewhere and is
+  /// still counted here (a lane's heap_credit), so that the peaks stay exact.
+  void book(std::size_t size, std::size_t bytes, std::size_t credit_live = 0, std::size_t credit_requested = 0) noexcept {
+    live += size;
+    peak_live = std::max(peak_live, live - credit_live);
+    requested += bytes;
+    peak_requested = std::max(peak_requested, requested - credit_requested);
+    ++allocations;
+  }
+  void unbook(std::size_t size, std::size_t bytes) noexcept {
+    live -= size;
+    requested -= bytes;
+    ++deallocations;
+  }
+};
+
+/// What the heap unbooked from a lane's ledger without taking the lane's lock: heap blocks
+/// booked to the lane and freed under the heap mutex (a lock fewer on every heap free).
+/// Written only under the heap mutex (a load and a store, no read-modify-write), read on
+/// the lane's path with relaxed loads. The lane's true figures are its ledger's minus these;
+/// both only grow, and unsigned wrap-around keeps the differences exact. A bin booking
+/// that reads a credit before a concurrent free stores it is ordered before that free, so
+/// the lane's peaks stay exact.
+struct heap_credit {
+  std::atomic<std::size_t> live{0}, requested{0}, deallocations{0};
+  void add(std::size_t size, std::size_t bytes) noexcept {  // pre: heap mutex held
+    live.store(live.load(std::memory_order_relaxed) + size, std::memory_order_relaxed);
+    requested.store(requested.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+    deallocations.store(deallocations.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+};
+
+/// A size class's cache in a lane: a stack of cached blocks in storage the lane reserved at
+/// its creation (bin_capacity slots), so a push never allocates. Invariant: count <= capacity.
+struct bin {
+  static constexpr std::size_t probe = 4;  // entries looked at for an exact size
+
+  block** slots = nullptr;
+  std::size_t count = 0;
+  [[nodiscard]] block** begin() const noexcept { return slots; }
+  [[nodiscard]] block** end() const noexcept { return slots + count; }
+  void push(block* b) noexcept { slots[count++] = b; }  // pre: count < capacity
+  /// Takes the most recently cached block of exactly `size` bytes, or nullptr. A class up to
+  /// linear_max holds one size; above, a class holds several and the last few are looked at.
+  block* pop(std::size_t size) noexcept {
+    if (size <= size_classes::linear_max) return count != 0 ? slots[--count] : nullptr;
+    for (std::size_t i = count, stop = count > probe ? count - probe : 0; i > stop; --i)
+      if (block* b = slots[i - 1]; b->size == size) {
+        slots[i - 1] = slots[--count];
+        return b;
+      }
+    return nullptr;
+  }
+};
+
+/// One stream's fast path. Its map holds every block the lane owns, live or cached (a bin
+/// hit or a cached free touches no map). Its ledger counts the live blocks allocated on its
+/// stream, on its bins and on the heap. Invariant: cached_bytes == sum of sizes in bins.
+struct alignas(64) lane {  // its own cache lines: threads on other streams never touch them
+  lane(std::uintptr_t k, stream_ref s, std::size_t bin_capacity)
+      : key(k), stream(s), bin_storage(std::make_unique<block*[]>(size_classes::count * bin_capacity)) {
+    for (std::size_t i = 0; i < size_classes::count; ++i) bins[i].slots = bin_storage.get() + i * bin_capacity;
+  }
+  mutable spin_lock mutex;
+  std::uintptr_t key;
+  freeing_stream stream;
+  std::unique_ptr<block*[]> bin_storage;
+  std::array<bin, size_classes::count> bins;
+  live_map live;
+  std::size_t cached_bytes = 0;
+  ledger books;         // the live blocks booked to this lane, gross of `credit`
+  heap_credit credit;   // booked here, freed through the heap
+
+  // Counting is per ledger (a lane's under its lock, the heap's under the heap mutex; a heap
+  // free credits the lane instead, without its lock: heap_credit): no atomic
+  // read-modify-write on the bin path. Every member below: pre: this lane's lock held.
+  // bin_take and bin_give are always inlined: stream_pool's allocate() and deallocate()
+  // must stay free of calls on the bin path (out of line, a bin hit costs about 3 % more;
+  // scripts/pair-ab).
+
+  /// Books a block of this lane.
+  void book(std::size_t size, std::size_t bytes) noexcept {
+    books.book(size, bytes, credit.live.load(std::memory_order_relaxed),
+               credit.requested.load(std::memory_order_relaxed));
+  }
+  /// Books b, just taken from the heap for this lane, live for `requested`.
+  void take(block* b, std::size_t requested) noexcept {
+    b->requested = requested;
+    b->booked = this;
+    book(b->size, requested);
+  }
+  /// A bin hit: the cached block of exactly `size` bytes, booked live for `requested`; or
+  /// nullptr (nothing changed).
+  [[gnu::always_inline]] block* bin_take(std::size_t size, std::size_t requested) noexcept {
+    block* b = bins[size_classes::index(size)].pop(size);
+    if (b != nullptr) {
+      b->cached = false;  // stays in the lane's map: no map update on a bin hit
+      cached_bytes -= size;
+      b->requested = requested;  // b->booked is this lane already: a lane's blocks are booked to it
+      book(b->size, requested);
+    }
+    return b;
+  }
+  /// Caches live block b (of this lane, freed well-formed on its stream) in its bin; false
+  /// (nothing changed) when the bin holds `capacity` blocks or the cache would exceed `max_bytes`.
+  [[gnu::always_inline]] bool bin_give(block* b, std::size_t capacity, std::size_t max_bytes) noexcept {
+    auto& into = bins[size_classes::index(b->size)];
+    if (into.count >= capacity || cached_bytes + b->size > max_bytes) return false;
+    books.unbook(b->size, b->requested);
+    b->cached = true;  // stays in the lane's map, marked cached
+    into.push(b);
+    cached_bytes += b->size;
+    return true;
+  }
+  /// The ledger net of the heap's credit (pre: the heap mutex held too).
+  [[nodiscard]] ledger net() const noexcept {
+    ledger n = books;
+    n.live -= credit.live.load(std::memory_order_relaxed);
+    n.requested -= credit.requested.load(std::memory_order_relaxed);
+    n.deallocations += credit.deallocations.load(std::memory_order_relaxed);
+    return n;
+  }
+};
+
+/// The lanes of one pool: an open-addressed table of stream keys, read without a lock
+/// (slots are claimed under the heap mutex with a release store of the key, and never freed
+/// before the pool is destroyed), and the lanes in creation order for walks.
+class lane_table {
+ public:
+  static constexpr std::size_t capacity = 64;
+
+  lane_table() { list_.reserve(capacity); }
+
+  /// The lane of `key`, or nullptr. Lock-free.
+  [[nodiscard]] lane* find(std::uintptr_t key) const noexcept {
+    for (std::size_t i = 0, slot = home(key); i < capacity; ++i, slot = (slot + 1) % capacity) {
+      std::uintptr_t k = keys_[slot].load(std::memory_order_acquire);
+      if (k == key + 1) return lanes_[slot].get();
+      if (k == 0) return nullptr;
+    }
+    return nullptr;
+  }
+  /// The lane of `s`, created if absent; nullptr when the table is full. Pre: heap mutex held.
+  lane* add(stream_ref s, std::size_t bin_capacity) {
+    std::uintptr_t key = s.key();
+    for (std::size_t i = 0, slot = home(key); i < capacity; ++i, slot = (slot + 1) % capacity) {
+      std::uintptr_t k = keys_[slot].load(std::memory_order_relaxed);
+      if (k == key + 1) return lanes_[slot].get();
+      if (k == 0) {
+        lanes_[slot] = std::make_unique<lane>(key, s, bin_capacity);
+        list_.push_back(lanes_[slot].get());  // capacity reserved: cannot throw
+        keys_[slot].store(key + 1, std::memory_order_release);
+        return lanes_[slot].get();
+      }
+    }
+    return nullptr;
+  }
+  /// The lanes in creation order (the lock order of all_lanes_held). Pre: heap mutex held.
+  [[nodiscard]] const std::vector<lane*>& list() const noexcept { return list_; }
+  /// f(lane) for every lane, each under its own lock in turn. Pre: heap mutex held.
+  template <class F>
+  void for_each(F&& f) const {
+    for (lane* l : list_) {
+      std::lock_guard lock(l->mutex);
+      f(*l);
+    }
+  }
+
+ private:
+  static std::size_t home(std::uintptr_t key) noexcept {
+    return static_cast<std::size_t>(((key >> 4) * 0x9E3779B97F4A7C15ull) >> 58);  // 6 bits: capacity
+  }
+  static_assert(capacity == 64);
+
+  std::array<std::atomic<std::uintptr_t>, capacity> keys_{};  // stream key + 1; 0: empty slot
+  std::array<std::unique_ptr<lane>, capacity> lanes_;
+  std::vector<lane*> list_;
+};
+
+/// Every lane's lock, held together for as long as it lives (a view no bin path can change
+/// mid-way). Taken in creation order after the heap mutex; no other path holds two lane
+/// locks, so the order cannot deadlock. Pre: heap mutex held for its whole life.
+class all_lanes_held {
+ public:
+  explicit all_lanes_held(const lane_table& lanes) noexcept : lanes_(lanes.list()) {
+    for (lane* l : lanes_) l->mutex.lock();
+  }
+  ~all_lanes_held() {
+    for (lane* l : lanes_) l->mutex.unlock();
+  }
+  all_lanes_held(const all_lanes_held&) = delete;
+  all_lanes_held& operator=(const all_lanes_held&) = delete;
+  template <class F>
+  void each(F&& f) const {
+    for (lane* l : lanes_) f(*l);
+  }
+
+ private:
+  const std::vector<lane*>& lanes_;
+};
+
+/// A thread's last lane lookup in one pool. Pool ids are never reused and lanes live as long
+/// as their pool, so a hit (same pool id, same stream key) is always a valid lane.
+struct lane_cache {
+  std::uint64_t pool = 0;
+  std::uintptr_t key = 0;
+  lane* l = nullptr;
+};
+
+}  // namespace vram::detail::stream_pool
