@@ -25,6 +25,7 @@
 #include <vram/core/properties.hpp>
 #include <vram/core/stats.hpp>
 #include <vram/core/stream_ref.hpp>
+#include <vram/alloc/stream_pool_options.hpp>
 #include <vram/alloc/detail/stream_pool/heap.hpp>
 #include <vram/alloc/detail/stream_pool/lanes.hpp>
 #include <vram/alloc/detail/stream_pool/mutex.hpp>
@@ -43,30 +44,6 @@ inline std::uint64_t next_pool_id() noexcept {
   return next.fetch_add(1, std::memory_order_relaxed);
 }
 }  // namespace detail::stream_pool
-
-/// How a stream_pool grows, caps and caches.
-struct stream_pool_options {
-  /// Bytes taken from the upstream at construction (0: grow on demand).
-  std::size_t initial_size = 0;
-  /// The most bytes the pool holds from its upstream (0: as much as the upstream gives).
-  std::size_t maximum_size = 0;
-  /// Bytes added per growth, never less than the request. 0 (auto): with a contiguous
-  /// upstream, exactly what is missing (rounded to its granularity: growth is in place, so
-  /// small steps cost nothing in fragmentation); otherwise 64 MiB.
-  std::size_t growth_step = 0;
-  /// Largest request served from the per-stream bins (0: no bins). At most 1 MiB. Bins are
-  /// exact-size caches of recently freed blocks: they add no rounding, but a cached block
-  /// does not coalesce until the bins are flushed (before the pool grows or takes its top
-  /// block), and LIFO reuse places blocks differently from best fit. On the shared traces
-  /// bins up to 32 KiB cost nothing in reserved bytes and 64 KiB and above cost up to 7 %
-  /// (pangu_2.6B; docs/PERFORMANCE.md), hence 16 KiB. Raise it for speed at larger sizes.
-  std::size_t small_max = std::size_t{16} << 10;
-  /// Per stream, the most bytes of small blocks kept in bins (beyond that they go back to
-  /// the shared best-fit heap, where they coalesce).
-  std::size_t lane_cache_bytes = std::size_t{32} << 20;
-  /// Per stream and size class, the most blocks kept in a bin.
-  std::size_t bin_capacity = 64;
-};
 
 /// A stream-ordered memory pool over any upstream resource.
 ///
@@ -299,39 +276,18 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     });
     std::size_t lane_live = 0, lane_cached = 0;
     lanes.each([&](lane& l) {
-      std::size_t in_map_cached = 0, requested = 0, live_in_lane = 0;
-      l.live.for_each([&](std::uintptr_t a, block* b) {
-        if (b->addr != a || b->state != block_state::lane || b->booked != &l) fail("lane live map");
-        if (b->cached) {
-          ++in_map_cached;
-          return;
-        }
-        ++lane_live;
-        live_bytes += b->size;
-        live_in_lane += b->size;
-        requested += b->requested;
-      });
+      std::size_t booked_live = 0, booked_requested = 0;  // heap-live blocks booked to l
       for (const auto& [a, b] : heap_booked)
         if (b->booked == &l) {
-          live_in_lane += b->size;
-          requested += b->requested;
+          booked_live += b->size;
+          booked_requested += b->requested;
         }
-      ledger books = l.net();
-      if (requested != books.requested || live_in_lane != books.live) fail("lane ledger disagrees with its blocks");
-      if (books.peak_requested < books.requested || books.peak_live < books.live) fail("lane peaks");
-      std::size_t bytes = 0, in_bins = 0;
-      for (std::size_t i = 0; i < classes::count; ++i)
-        for (block* b : l.bins[i]) {
-          if (b->state != block_state::lane || !b->cached || classes::index(b->size) != i) fail("bin holds a wrong block");
-          if (l.live.find(b->addr) == nullptr) fail("cached block not in the lane's map");
-          bytes += b->size;
-          ++in_bins;
-        }
-      if (in_bins != in_map_cached) fail("bins disagree with the lane's map");
-      lane_cached += in_bins;
-      if (bytes != l.cached_bytes) fail("lane cached bytes");
-      free_bytes += bytes;
-      free_count += in_bins;
+      lane::census c = l.check(fail, booked_live, booked_requested);
+      lane_live += c.live_blocks;
+      live_bytes += c.live_bytes;
+      lane_cached += c.cached_blocks;
+      free_bytes += c.cached_bytes;
+      free_count += c.cached_blocks;
     });
     if (free_bytes != st.free_bytes || free_count != st.free_blocks) fail("free bytes or blocks disagree with the blocks");
     if (live_bytes != st.live_bytes) fail("live bytes disagree with the blocks");

@@ -148,6 +148,45 @@ struct alignas(64) lane {  // its own cache lines: threads on other streams neve
     cached_bytes += b->size;
     return true;
   }
+  /// What check() counted: the lane's live blocks and its cached (binned) ones.
+  struct census {
+    std::size_t live_blocks = 0, live_bytes = 0, cached_blocks = 0, cached_bytes = 0;
+  };
+  /// Checks the lane's invariants against its blocks, calling fail(what) on the first broken
+  /// one: its map holds only its own lane-owned blocks; its ledger (net of the heap's credit)
+  /// equals its live blocks plus `heap_live` / `heap_requested` (the heap-live blocks booked
+  /// to it); every binned block is cached, of its bin's class and in the map; cached_bytes is
+  /// the sum of the binned sizes. Pre: the heap mutex held too.
+  template <class Fail>
+  census check(Fail&& fail, std::size_t heap_live, std::size_t heap_requested) const {
+    census c;
+    std::size_t in_map_cached = 0, requested = heap_requested, live_bytes = heap_live;
+    live.for_each([&](std::uintptr_t a, block* b) {
+      if (b->addr != a || b->state != block_state::lane || b->booked != this) fail("lane live map");
+      if (b->cached) {
+        ++in_map_cached;
+        return;
+      }
+      ++c.live_blocks;
+      c.live_bytes += b->size;
+      live_bytes += b->size;
+      requested += b->requested;
+    });
+    ledger books = net();
+    if (requested != books.requested || live_bytes != books.live) fail("lane ledger disagrees with its blocks");
+    if (books.peak_requested < books.requested || books.peak_live < books.live) fail("lane peaks");
+    for (std::size_t i = 0; i < size_classes::count; ++i)
+      for (block* b : bins[i]) {
+        if (b->state != block_state::lane || !b->cached || size_classes::index(b->size) != i) fail("bin holds a wrong block");
+        if (const_cast<live_map&>(live).find(b->addr) == nullptr) fail("cached block not in the lane's map");
+        c.cached_bytes += b->size;
+        ++c.cached_blocks;
+      }
+    if (c.cached_blocks != in_map_cached) fail("bins disagree with the lane's map");
+    if (c.cached_bytes != cached_bytes) fail("lane cached bytes");
+    return c;
+  }
+
   /// The ledger net of the heap's credit (pre: the heap mutex held too).
   [[nodiscard]] ledger net() const noexcept {
     ledger n = books;
