@@ -148,7 +148,8 @@ TEST_CASE("activation_arena: a request larger than a chunk gets a chunk of its o
 
 TEST_CASE("activation_arena: reset() re-sizes a multi-chunk step to its high-water (reserved/live <= 1.02)",
           "[activation_arena]") {
-  // The issue's case: a 62 MiB step in 16 MiB chunks takes four chunks (64 MiB) in step one.
+  // bench.arena_forward_backward's shape: a 62 MiB step in 16 MiB chunks takes four chunks
+  // (64 MiB) in step one.
   auto a = make_arena(16 * MiB);
   std::vector<std::size_t> sizes;
   for (int i = 0; i < 62; ++i) sizes.push_back(1 * MiB - 256 * static_cast<std::size_t>(i % 3));

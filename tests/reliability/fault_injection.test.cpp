@@ -1,6 +1,6 @@
 // Fault injection across every allocator and adaptor: a fixed workload is run with one
 // upstream failure placed at each upstream call of a clean run (N = 1 .. calls), and each
-// time we prove that
+// run checks that
 //   - the failure surfaces as the documented typed error (vram::out_of_memory), nothing else;
 //   - check_invariants() holds after the fault, and stats say nothing is live after cleanup;
 //   - nothing is reported as misuse (the allocator's own clean-up frees what it took, exactly);
