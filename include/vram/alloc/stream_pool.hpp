@@ -3,20 +3,15 @@
 // size-class fast path, stream-ordered reuse, growth and release). Design: docs/stream_pool.md.
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
 #include <utility>
-#include <vector>
 
 #include <vram/core/alignment.hpp>
 #include <vram/core/concepts.hpp>
@@ -26,6 +21,7 @@
 #include <vram/core/stats.hpp>
 #include <vram/core/stream_ref.hpp>
 #include <vram/alloc/stream_pool_options.hpp>
+#include <vram/alloc/detail/stream_pool/check.hpp>
 #include <vram/alloc/detail/stream_pool/heap.hpp>
 #include <vram/alloc/detail/stream_pool/lanes.hpp>
 #include <vram/alloc/detail/stream_pool/mutex.hpp>
@@ -251,50 +247,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     if (st.live_bytes > st.reserved_bytes) fail("live above reserved");
     if (st.peak_live_bytes < st.live_bytes || st.peak_reserved_bytes < st.reserved_bytes) fail("peak below current");
 #if VRAM_DEBUG
-    std::size_t free_bytes = 0, free_count = 0, live_bytes = 0, live_count = 0, lane_blocks = 0;
-    std::map<std::uintptr_t, const block*> heap_booked;  // heap-live blocks booked to a lane
-    std::size_t heap_unbooked = 0, heap_unbooked_requested = 0;
-    heap_.check(fail, [&](const block* b) {
-      switch (b->state) {
-        case block_state::free:
-          ++free_count;
-          free_bytes += b->size;
-          break;
-        case block_state::live:
-          ++live_count;
-          live_bytes += b->size;
-          if (const_cast<live_map&>(heap_live_).find(b->addr) == nullptr) fail("live block not in the live map");
-          if (b->booked != nullptr) {
-            heap_booked.emplace(b->addr, b);
-          } else {
-            heap_unbooked += b->size;
-            heap_unbooked_requested += b->requested;
-          }
-          break;
-        case block_state::lane: ++lane_blocks; break;
-      }
-    });
-    std::size_t lane_live = 0, lane_cached = 0;
-    lanes.each([&](lane& l) {
-      std::size_t booked_live = 0, booked_requested = 0;  // heap-live blocks booked to l
-      for (const auto& [a, b] : heap_booked)
-        if (b->booked == &l) {
-          booked_live += b->size;
-          booked_requested += b->requested;
-        }
-      lane::census c = l.check(fail, booked_live, booked_requested);
-      lane_live += c.live_blocks;
-      live_bytes += c.live_bytes;
-      lane_cached += c.cached_blocks;
-      free_bytes += c.cached_bytes;
-      free_count += c.cached_blocks;
-    });
-    if (free_bytes != st.free_bytes || free_count != st.free_blocks) fail("free bytes or blocks disagree with the blocks");
-    if (live_bytes != st.live_bytes) fail("live bytes disagree with the blocks");
-    if (heap_live_.size() != live_count) fail("heap live map disagrees with the blocks");
-    if (heap_unbooked != heap_ledger_.live || heap_unbooked_requested != heap_ledger_.requested)
-      fail("heap ledger disagrees with its blocks");
-    if (lane_live + lane_cached != lane_blocks) fail("lanes disagree with the blocks");
+    detail::stream_pool::check_structures(heap_, lanes, const_cast<live_map&>(heap_live_), heap_ledger_, st);
 #endif
   }
 
@@ -484,19 +437,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       st.free_blocks += info.index.size();
       if (const block* b = info.index.largest()) st.largest_free_block = std::max(st.largest_free_block, b->size);
     });
-    each_lane([&](lane& l) {
-      ledger books = l.net();
-      st.live_bytes += books.live;
-      peak_live += books.peak_live;
-      st.total_allocations += books.allocations;
-      st.total_deallocations += books.deallocations;
-      st.requested_bytes += books.requested;
-      peak_requested += books.peak_requested;
-      for (const auto& bin : l.bins) {
-        st.free_blocks += bin.count;
-        for (const block* b : bin) st.largest_free_block = std::max(st.largest_free_block, b->size);
-      }
-    });
+    each_lane([&](lane& l) { l.add_to(st, peak_live, peak_requested); });
     // Every reserved byte is live or free (in an index or a bin): the free bytes need no counter.
     st.free_bytes = st.reserved_bytes - st.live_bytes;
     // Peaks: the sum of the ledgers' peaks bounds the true peak from above, and is exact when

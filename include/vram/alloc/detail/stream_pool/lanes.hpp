@@ -15,6 +15,7 @@
 #include <mutex>
 #include <vector>
 
+#include <vram/core/stats.hpp>
 #include <vram/core/stream_ref.hpp>
 #include <vram/alloc/detail/stream_pool/flat_map.hpp>
 #include <vram/alloc/detail/stream_pool/heap.hpp>
@@ -148,6 +149,22 @@ struct alignas(64) lane {  // its own cache lines: threads on other streams neve
     cached_bytes += b->size;
     return true;
   }
+  /// Adds this lane's figures to `st` (live, requested, counts, its binned blocks as free
+  /// blocks) and its ledger's peaks to `peak_live` / `peak_requested`. Pre: the heap mutex held.
+  void add_to(vram::stats& st, std::size_t& peak_live, std::size_t& peak_requested) const noexcept {
+    ledger n = net();
+    st.live_bytes += n.live;
+    peak_live += n.peak_live;
+    st.total_allocations += n.allocations;
+    st.total_deallocations += n.deallocations;
+    st.requested_bytes += n.requested;
+    peak_requested += n.peak_requested;
+    for (const auto& in : bins) {
+      st.free_blocks += in.count;
+      for (const block* b : in) st.largest_free_block = std::max(st.largest_free_block, b->size);
+    }
+  }
+
   /// What check() counted: the lane's live blocks and its cached (binned) ones.
   struct census {
     std::size_t live_blocks = 0, live_bytes = 0, cached_blocks = 0, cached_bytes = 0;
