@@ -16,5 +16,6 @@ int main(int argc, char* argv[]) {
                  status != cudaSuccess ? cudaGetErrorString(status) : "0 devices");
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  // Catch2 exits with the number of failed assertions: 77 of them must not read as "skipped".
+  return Catch::Session().run(argc, argv) == 0 ? 0 : 1;
 }

@@ -1,3 +1,20 @@
-// The one Catch2 main shared by every host test executable (compiled once).
-#define CATCH_CONFIG_MAIN
+// The one Catch2 main shared by every host test executable (compiled once). Before Catch2
+// runs, the executable's declared prerequisites are checked (support/prerequisite.hpp): a
+// missing one skips the executable with exit code 77 (CTest's SKIP_RETURN_CODE).
+#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include <cstdio>
+
+#include "support/prerequisite.hpp"
+
+int main(int argc, char* argv[]) {
+  for (const auto* p : vram::test::prerequisite::all())
+    if (!p->available()) {
+      std::fprintf(stderr, "\n*** SKIPPED: %s is missing. The tests of this executable did NOT run. ***\n\n",
+                   p->what());
+      return 77;
+    }
+  // Catch2 exits with the number of failed assertions: 77 of them must not read as "skipped".
+  return Catch::Session().run(argc, argv) == 0 ? 0 : 1;
+}

@@ -14,26 +14,15 @@
 
 #include "support/misuse_capture.hpp"
 #include "support/recording_resource.hpp"
+#include "support/tracked_pool.hpp"
 
 using upstream_t = vram::test::recording_resource<vram::host_source>;
+using vram::test::tenants;
 
 namespace {
 
-struct tenants {
-  std::shared_ptr<vram::tenant_registry> reg = std::make_shared<vram::tenant_registry>();
-  vram::tenant job = reg->create("job");
-  vram::tenant model_a = reg->create("model_a", job);
-  vram::tenant model_b = reg->create("model_b", job);
-};
-
 std::filesystem::path temp_path(const std::string& name) {
   return std::filesystem::temp_directory_path() / ("vram_tracker_" + std::to_string(::getpid()) + "_" + name);
-}
-
-bool have_python() {
-  static const bool yes = std::system("python3 -c 'import pickle' >/dev/null 2>&1") == 0;
-  if (!yes) WARN("python3 not found: SKIPPING the Python round trip of the exports");
-  return yes;
 }
 
 std::string slurp(const std::filesystem::path& p) {
@@ -182,91 +171,6 @@ TEST_CASE("tracker_adaptor: call stacks are captured when asked", "[adaptor][tra
   tr.deallocate_sync(p, 512);
 }
 
-TEST_CASE("tracker_adaptor: exports load in Python (restricted unpickler, json, csv)", "[adaptor][tracker][export]") {
-  tenants t;
-  upstream_t up;
-  vram::tracker_adaptor<upstream_t> tr(up, {.registry = t.reg});
-  std::vector<std::pair<void*, std::size_t>> live;
-  {
-    vram::tenant_scope ts(t.model_a);
-    vram::tag_scope tag("layer12.attn");
-    for (std::size_t i = 1; i <= 5; ++i) live.emplace_back(tr.allocate_sync(i * 100000), i * 100000);
-  }
-  std::string long_tag(300, 'x');  // BINUNICODE path
-  {
-    vram::tag_scope tag(long_tag.c_str());
-    live.emplace_back(tr.allocate(vram::stream_ref{}, 70000, 256, t.model_b), 70000);
-  }
-  tr.deallocate_sync(live[0].first, live[0].second);
-  live.erase(live.begin());
-
-  auto pickle = temp_path("snapshot.pickle");
-  auto json = temp_path("snapshot.json");
-  auto csv = temp_path("log.csv");
-  REQUIRE(tr.dump(pickle.string()));
-  REQUIRE(tr.dump(json.string()));
-  REQUIRE(tr.dump(csv.string()));
-
-  std::string bytes = slurp(pickle);
-  REQUIRE(bytes.size() > 2);
-  CHECK(static_cast<unsigned char>(bytes[0]) == 0x80);
-  CHECK(bytes[1] == 2);
-  CHECK(bytes.back() == '.');
-
-  std::string text = slurp(csv);
-  CHECK(text.rfind("Thread,Time,Action,Pointer,Size,Stream,Tenant\n", 0) == 0);
-  CHECK(text.find(",allocate,0x") != std::string::npos);
-  CHECK(text.find(",free,0x") != std::string::npos);
-  CHECK(text.find("job/model_b") != std::string::npos);
-
-  if (have_python()) {
-    auto script = temp_path("check.py");
-    {
-      std::ofstream py(script);
-      py << R"(import csv, io, json, pickle, sys
-class Refuse(pickle.Unpickler):
-    def find_class(self, module, name):
-        raise pickle.UnpicklingError("refused %s.%s" % (module, name))
-snap = Refuse(open(sys.argv[1], "rb")).load()
-segs = snap["segments"]
-assert len(segs) == 5, len(segs)
-addrs = [s["address"] for s in segs]
-assert addrs == sorted(addrs)
-for s in segs:
-    assert s["device"] == 0 and s["segment_pool_id"] == (0, 0) and s["is_expandable"] is False
-    total = 0
-    for b in s["blocks"]:
-        assert b["address"] == s["address"] + total
-        total += b["size"]
-        assert b["state"] == "active_allocated"
-    assert total == s["total_size"]
-frames = [s["blocks"][0]["frames"][0] for s in segs]
-assert {f["filename"] for f in frames} == {"tenant:job/model_a", "tenant:job/model_b"}, frames
-assert any(f["name"] == "layer12.attn" for f in frames)
-assert any(f["name"] == "x" * 300 for f in frames)
-trace = snap["device_traces"][0]
-actions = [e["action"] for e in trace]
-assert actions.count("alloc") == 6 and actions.count("free_requested") == 1, actions
-assert actions.count("segment_alloc") == 6 and actions.count("free_completed") == 1
-assert all(e["time_us"] > 1.6e15 for e in trace)
-assert sum(s["total_size"] for s in segs) == 1470000
-j = json.load(open(sys.argv[2]))
-assert j["live_bytes"] == 1470000 and j["by_tenant"][0]["tenant"] == "job/model_a"
-rows = list(csv.DictReader(open(sys.argv[3])))
-assert [r["Action"] for r in rows].count("allocate") == 6
-assert rows[0]["Tenant"] == "job/model_a" and int(rows[0]["Size"]) == 100000
-print("python round trip ok")
-)";
-    }
-    std::string cmd = "python3 " + script.string() + " " + pickle.string() + " " + json.string() + " " + csv.string();
-    CHECK(std::system(cmd.c_str()) == 0);
-    std::filesystem::remove(script);
-  }
-  for (auto& p : {pickle, json, csv}) std::filesystem::remove(p);
-  for (auto [p, n] : live) tr.deallocate_sync(p, n);
-  CHECK(up.counters().live_allocations() == 0);
-}
-
 #include <vram/trace/read_trace.hpp>
 
 TEST_CASE("tracker_adaptor: our snapshot and CSV are read back by vram's trace readers", "[adaptor][tracker][export]") {
@@ -296,69 +200,19 @@ TEST_CASE("tracker_adaptor: our snapshot and CSV are read back by vram's trace r
   CHECK(up.counters().live_allocations() == 0);
 }
 
-#include <vram/adaptor/tracker_observer.hpp>
-#include <vram/alloc/stream_pool.hpp>
-
 TEST_CASE("tracker_observer: a pool's segments with its blocks in the PyTorch snapshot", "[adaptor][tracker]") {
-  tenants t;
-  upstream_t up;
-  vram::tracker_observer tracker({.registry = t.reg});
-  {
-    vram::stream_pool<upstream_t, vram::tracker_observer> pool(
-        up, vram::stream_pool_options{.growth_step = std::size_t{4} << 20}, tracker);
-    std::vector<std::pair<void*, std::size_t>> live;
-    {
-      vram::tenant_scope ts(t.model_a);
-      vram::tag_scope tag("weights");
-      for (std::size_t i = 0; i < 12; ++i) live.emplace_back(pool.allocate_sync(1 << 20), 1 << 20);
-    }
-    for (std::size_t i = 0; i < live.size(); i += 2) pool.deallocate_sync(live[i].first, live[i].second);
-    auto s = tracker.snapshot();
-    CHECK(s.live_bytes == 6u << 20);
-    REQUIRE(s.by_tenant.size() == 1);
-    CHECK(s.by_tenant[0].name == "job/model_a");
-    std::size_t grows = 0;
-    for (auto& e : tracker.events()) grows += e.action == vram::tracker_action::segment_alloc;
-    CHECK(grows == up.counters().allocations);
-
-    if (have_python()) {
-      auto pickle = temp_path("pool.pickle");
-      auto script = temp_path("pool.py");
-      REQUIRE(tracker.dump(pickle.string()));
-      {
-        std::ofstream py(script);
-        py << R"(import pickle, sys
-class Refuse(pickle.Unpickler):
-    def find_class(self, module, name):
-        raise pickle.UnpicklingError("refused")
-snap = Refuse(open(sys.argv[1], "rb")).load()
-segs = snap["segments"]
-assert len(segs) == int(sys.argv[2]), (len(segs), sys.argv[2])
-active = 0
-for s in segs:
-    at = s["address"]
-    for b in s["blocks"]:
-        assert b["address"] == at
-        at += b["size"]
-        if b["state"] == "active_allocated":
-            active += b["size"]
-            assert b["frames"][0]["filename"] == "tenant:job/model_a" and b["frames"][0]["name"] == "weights"
-    assert at == s["address"] + s["total_size"]
-assert active == 6 << 20, active
-assert any(b["state"] == "inactive" for s in segs for b in s["blocks"])
-)";
-      }
-      std::string cmd = "python3 " + script.string() + " " + pickle.string() + " " +
-                        std::to_string(up.counters().live_allocations());
-      CHECK(std::system(cmd.c_str()) == 0);
-      std::filesystem::remove(pickle);
-      std::filesystem::remove(script);
-    }
-    for (std::size_t i = 1; i < live.size(); i += 2) pool.deallocate_sync(live[i].first, live[i].second);
-  }
+  vram::test::half_freed_pool p;  // its Python reading: tracker_python.test.cpp
+  auto s = p.tracker.snapshot();
+  CHECK(s.live_bytes == 6u << 20);
+  REQUIRE(s.by_tenant.size() == 1);
+  CHECK(s.by_tenant[0].name == "job/model_a");
+  std::size_t grows = 0;
+  for (auto& e : p.tracker.events()) grows += e.action == vram::tracker_action::segment_alloc;
+  CHECK(grows == p.up.counters().allocations);
+  p.release();
   std::size_t releases = 0;
-  for (auto& e : tracker.events()) releases += e.action == vram::tracker_action::segment_free;
-  CHECK(releases == up.counters().deallocations);
-  CHECK(tracker.snapshot().live_bytes == 0);
-  CHECK(up.counters().live_allocations() == 0);
+  for (auto& e : p.tracker.events()) releases += e.action == vram::tracker_action::segment_free;
+  CHECK(releases == p.up.counters().deallocations);
+  CHECK(p.tracker.snapshot().live_bytes == 0);
+  CHECK(p.up.counters().live_allocations() == 0);
 }

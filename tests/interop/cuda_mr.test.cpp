@@ -1,9 +1,12 @@
 // vram::cuda_mr_adaptor compiled by the host compiler against the toolkit's CCCL (the nvcc
-// and GPU version is tests/cuda/interop_cuda_mr.test.cu). The synchronous path runs on host
-// memory; the concept proofs are compile-time.
+// and GPU version is tests/cuda/interop_cuda.test.cu). The synchronous path runs on host
+// memory; the concept proofs are compile-time. Built without CUDA and CCCL, the header
+// compiles to nothing and this executable reports itself skipped (exit 77).
 #include <vram/interop/cuda_mr.hpp>  // first: it enables CCCL's experimental memory resources
 
 #include <catch2/catch.hpp>
+
+#include "support/prerequisite.hpp"
 
 #include <vram/alloc/stream_pool.hpp>
 #include <vram/source/host_source.hpp>
@@ -60,7 +63,7 @@ TEST_CASE("cuda_mr_adaptor over a simulated device: both namings reach the resou
   CHECK(dev.stats().live_bytes == 0);
 }
 #else
-TEST_CASE("cuda_mr_adaptor needs CUDA and CCCL", "[interop][cuda_mr]") {
-  WARN("SKIPPED: built without CUDA / CCCL; vram/interop/cuda_mr.hpp compiles to nothing here");
-}
+static const vram::test::prerequisite cuda_mr_needed{
+    "a build with CUDA and CCCL's cuda::mr (VRAM_HAS_CUDA_MR is 0: vram/interop/cuda_mr.hpp compiles to nothing)",
+    [] { return false; }};
 #endif

@@ -1,39 +1,109 @@
-// The HTML report renders in headless Chromium (where `chromium` is installed): the page
-// loads without network, and a screenshot is kept in the build folder as an artifact.
+// The HTML report renders in headless Chromium: the page loads without network, and each
+// allocator's line is drawn in the screenshot (its colour's pixels counted, beyond what the
+// legends hold). The screenshot is kept in the build folder as an artifact. Chromium comes
+// from scripts/setup (Debian's `chromium`), zlib (to read the PNG) too; where either is
+// missing the executable reports itself skipped (exit 77).
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <string>
+#include <vector>
+
+#include "support/prerequisite.hpp"
 
 #ifndef VRAM_REPLAY_EXE
-#define VRAM_REPLAY_EXE ""
+#error "VRAM_REPLAY_EXE: tools/CMakeLists.txt defines it wherever vram-replay is built"
 #endif
 
-TEST_CASE("vram-replay --html renders in headless chromium") {
-  if (std::string(VRAM_REPLAY_EXE).empty()) {
-    WARN("SKIPPED: vram-replay was not built (VRAM_BUILD_TOOLS=OFF)");
-    return;
+#if VRAM_WITH_ZLIB
+#include <zlib.h>
+
+namespace {
+
+/// The first Chromium on PATH, or "".
+const std::string& chromium() {
+  static const std::string found = [] {
+    for (const char* c : {"chromium", "chromium-browser", "google-chrome"})
+      if (std::system(("command -v " + std::string(c) + " > /dev/null 2>&1").c_str()) == 0) return std::string(c);
+    return std::string();
+  }();
+  return found;
+}
+
+const vram::test::prerequisite chromium_needed{"chromium (scripts/setup installs Debian's chromium)",
+                                               [] { return !chromium().empty(); }};
+
+std::uint32_t be32(const std::string& s, std::size_t at) {
+  return std::uint32_t(std::uint8_t(s[at])) << 24 | std::uint32_t(std::uint8_t(s[at + 1])) << 16 |
+         std::uint32_t(std::uint8_t(s[at + 2])) << 8 | std::uint32_t(std::uint8_t(s[at + 3]));
+}
+
+/// How many pixels of each RGB colour (0xRRGGBB) an 8-bit, non-interlaced RGB or RGBA PNG
+/// holds (what Chromium's --screenshot writes).
+std::map<std::uint32_t, std::size_t> colour_counts(const std::string& png) {
+  REQUIRE(png.size() > 33);
+  REQUIRE(png.compare(0, 8, "\x89PNG\r\n\x1a\n") == 0);
+  std::uint32_t width = be32(png, 16), height = be32(png, 20);
+  int depth = png[24], type = png[25], interlace = png[28];
+  REQUIRE(depth == 8);
+  REQUIRE((type == 2 || type == 6));
+  REQUIRE(interlace == 0);
+  std::string idat;
+  for (std::size_t at = 8; at + 8 <= png.size();) {
+    std::uint32_t n = be32(png, at);
+    if (png.compare(at + 4, 4, "IDAT") == 0) idat += png.substr(at + 8, n);
+    at += 12 + std::size_t{n};
   }
-  std::string chromium;
-  for (const char* c : {"chromium", "chromium-browser", "google-chrome"})
-    if (std::system(("command -v " + std::string(c) + " > /dev/null 2>&1").c_str()) == 0) {
-      chromium = c;
-      break;
+  const std::size_t bpp = type == 6 ? 4 : 3, stride = width * bpp;
+  std::vector<unsigned char> raw(height * (stride + 1));
+  uLongf size = raw.size();
+  REQUIRE(uncompress(raw.data(), &size, reinterpret_cast<const Bytef*>(idat.data()), idat.size()) == Z_OK);
+  REQUIRE(size == raw.size());
+  std::vector<unsigned char> prev(stride, 0), row(stride);
+  std::map<std::uint32_t, std::size_t> counts;
+  for (std::uint32_t y = 0; y < height; ++y) {
+    const unsigned char* in = raw.data() + y * (stride + 1);
+    if (in[0] > 4) FAIL("PNG row " << y << " has an unknown filter " << int(in[0]));
+    for (std::size_t x = 0; x < stride; ++x) {  // undo the row's filter (PNG spec, section 9)
+      int a = x >= bpp ? row[x - bpp] : 0, b = prev[x], c = x >= bpp ? prev[x - bpp] : 0, p = a + b - c;
+      int pa = std::abs(p - a), pb = std::abs(p - b), pc = std::abs(p - c);
+      int predictor[] = {0, a, b, (a + b) / 2, pa <= pb && pa <= pc ? a : pb <= pc ? b : c};
+      row[x] = static_cast<unsigned char>(in[1 + x] + predictor[in[0]]);
     }
-  if (chromium.empty()) {
-    WARN("SKIPPED: chromium is not installed (apt-get install chromium): the HTML report was not rendered");
-    return;
+    for (std::size_t x = 0; x < stride; x += bpp) ++counts[std::uint32_t(row[x]) << 16 | row[x + 1] << 8 | row[x + 2]];
+    prev.swap(row);
   }
+  return counts;
+}
+
+}  // namespace
+
+TEST_CASE("vram-replay --html renders in headless chromium, every allocator's line drawn") {
   namespace fs = std::filesystem;
   fs::path html = fs::absolute("vram_replay_render.html"), png = fs::absolute("vram_replay_report.png");
   fs::remove(png);
   REQUIRE(std::system((std::string("'") + VRAM_REPLAY_EXE + "' --html '" + html.string() + "' > /dev/null 2>&1").c_str()) == 0);
-  std::string command = chromium + " --headless --no-sandbox --disable-gpu --window-size=1000,2400 --screenshot='" +
+  std::string command = chromium() + " --headless --no-sandbox --disable-gpu --window-size=1000,2400 --screenshot='" +
                         png.string() + "' 'file://" + html.string() + "' > /dev/null 2>&1";
   CHECK(std::system(command.c_str()) == 0);
   REQUIRE(fs::exists(png));
-  CHECK(fs::file_size(png) > 10000);  // a blank page is a few kB; plots make it larger
+  std::ifstream in(png, std::ios::binary);
+  auto counts = colour_counts({std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()});
+  // The first trace's five default allocators, in svg_chart's palette order. The legends'
+  // swatches hold about 40 pixels of a colour per chart; a drawn line holds thousands.
+  for (std::uint32_t colour : {0x1f77b4u, 0xd62728u, 0x2ca02cu, 0x9467bdu, 0xff7f0eu}) {
+    INFO("colour " << std::hex << colour);
+    CHECK(counts[colour] > 1000);
+  }
   WARN("screenshot: " << png.string());
 }
+#else
+static const vram::test::prerequisite zlib_needed{"zlib, to read the screenshot (zlib1g-dev from scripts/setup)",
+                                                  [] { return false; }};
+#endif

@@ -16,11 +16,15 @@
 
 #include <vram/trace/detail/json.hpp>
 
-namespace {
+#if VRAM_HAS_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #ifndef VRAM_REPLAY_EXE
-#define VRAM_REPLAY_EXE ""
+#error "VRAM_REPLAY_EXE: tools/CMakeLists.txt defines it wherever vram-replay is built"
 #endif
+
+namespace {
 
 struct run_result {
   int status;
@@ -30,7 +34,6 @@ struct run_result {
 /// Runs vram-replay with `args`, capturing stdout and stderr.
 run_result run(const std::string& args) {
   std::string exe = VRAM_REPLAY_EXE;
-  if (exe.empty()) FAIL("vram-replay was not built (VRAM_BUILD_TOOLS=OFF): nothing to test");
   std::string command = "'" + exe + "' " + args + " 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
@@ -53,6 +56,13 @@ std::string traces() { return std::string(VRAM_SHARED_TRACES); }
 /// A scratch file name in the temp directory, unique to this process.
 std::string scratch(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("vram_replay_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+/// A scratch file holding `content`; its path.
+std::string scratch_file(const std::string& name, const std::string& content) {
+  std::string path = scratch(name);
+  std::ofstream(path, std::ios::binary) << content;
+  return path;
 }
 
 }  // namespace
@@ -136,11 +146,33 @@ TEST_CASE("bad input: clear errors and exit codes, never a crash") {
   std::filesystem::remove(cut);
   CHECK(truncated.status == 1);
   CHECK(truncated.out.find("truncated.pickle: pickle: at byte") != std::string::npos);
-  auto cuda = run("--device cuda");
+}
+
+TEST_CASE("--device cuda: replays on the GPU where there is one, says why not where there is none") {
+  std::string trace = scratch_file("gpu.vtrace", "# vram-trace 1\nA,1,1048576,0,0\nA,2,4096,0,1\nF,1,1048576,0,2\nF,2,4096,0,3\n");
+  auto r = run("--device cuda --no-timing '" + trace + "'");
+  std::filesystem::remove(trace);
+  INFO(r.out);
 #if VRAM_HAS_CUDA
-  CHECK((cuda.status == 0 || cuda.out.find("no usable CUDA GPU") != std::string::npos));
+  int devices = 0;
+  cudaError_t rc = cudaGetDeviceCount(&devices);
+  if (rc == cudaSuccess && devices > 0) {
+    INFO(devices << " CUDA device(s) here: the replay must run on them");
+    CHECK(r.status == 0);
+    CHECK(r.out.find("vram-replay: replaying on the real GPU") != std::string::npos);
+    CHECK(r.out.find("gpu.vtrace (vram-trace): 2 allocs, 2 frees") != std::string::npos);
+    for (const char* a : {"cuda-pool-vmm ", "cuda-pool ", "cuda-upstream "}) CHECK(r.out.find(std::string("\n") + a) != std::string::npos);
+    CHECK(r.out.find("failed:") == std::string::npos);
+    CHECK(r.out.find("lowest reserved: cuda-") != std::string::npos);
+  } else {
+    INFO("no usable CUDA GPU here: the tool must say so, and why");
+    CHECK(r.status == 3);
+    CHECK(r.out == std::string("vram-replay: --device cuda: no usable CUDA GPU on this machine (cudaGetDeviceCount: ") +
+                       (rc != cudaSuccess ? cudaGetErrorString(rc) : "0 devices") +
+                       "); replay on the simulated device instead (the default, --device sim)\n");
+  }
 #else
-  CHECK(cuda.status == 3);
-  CHECK(cuda.out.find("built without CUDA") != std::string::npos);
+  CHECK(r.status == 3);
+  CHECK(r.out == "vram-replay: --device cuda: this vram-replay was built without CUDA\n");
 #endif
 }

@@ -1,5 +1,6 @@
 // Trace readers: small hand-written files, hostile inputs, and the real traces in
 // VRAM_SHARED_TRACES (counts from SOURCES.md; peak live checked by an independent computation).
+// Gzip input, which needs zlib, is tested in readers_gzip.test.cpp.
 
 #include <catch2/catch.hpp>
 
@@ -9,57 +10,19 @@
 #include <map>
 #include <sstream>
 #include <string>
-#include <unordered_map>
 
 #include <vram/trace/read_trace.hpp>
 
+#include "support/real_traces.hpp"
+
 using namespace std::string_literals;
+using vram::test::check_consistent;
+using vram::test::real;
+using vram::test::shared;
 using vram::trace::event;
 using vram::trace::trace;
 
 namespace {
-
-std::string shared(const std::string& file) {
-  std::string path = std::string(VRAM_SHARED_TRACES) + "/" + file;
-  std::ifstream probe(path);
-  if (!probe) FAIL("the shared trace " << path << " is missing: every machine of this project has it");
-  return path;
-}
-
-/// Each real trace is parsed once per test binary (keeps sanitizer runs fast).
-const trace& real(const std::string& file) {
-  static std::map<std::string, trace> cache;
-  auto it = cache.find(file);
-  if (it == cache.end()) it = cache.emplace(file, vram::trace::read_trace(shared(file))).first;
-  return it->second;
-}
-
-/// The trace invariants, checked independently of the readers' own bookkeeping (one CHECK
-/// per trace, not per event, so sanitizer runs stay fast).
-void check_consistent(const trace& t) {
-  std::unordered_map<std::uint64_t, std::uint64_t> live;
-  std::unordered_map<std::uint64_t, bool> seen;
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < t.events.size(); ++i) {
-    const auto& e = t.events[i];
-    bad += e.stream >= t.streams;
-    if (e.kind == event::op::alloc) {
-      bad += seen.count(e.id) != 0;
-      seen[e.id] = true;
-      live[e.id] = e.bytes;
-    } else {
-      bad += i < t.initial_live;
-      auto it = live.find(e.id);
-      if (it == live.end() || it->second != e.bytes) {
-        ++bad;
-        continue;
-      }
-      live.erase(it);
-    }
-  }
-  for (std::size_t i = 0; i < t.initial_live; ++i) bad += t.events[i].kind != event::op::alloc;
-  CHECK(bad == 0);
-}
 
 std::string pickle_bytes(std::initializer_list<int> bytes) {
   std::string s;
@@ -241,26 +204,6 @@ TEST_CASE("real: medium_1024 snapshot (window with blocks live at the start)") {
   // SOURCES.md: the in-window peak is about 19.1 GB above the starting level; 25.2 GB reserved.
   CHECK(double(t.peak_live_bytes() - start) == Approx(19.1e9).epsilon(0.02));
   CHECK(*t.recorded_peak_reserved == Approx(25.2e9).epsilon(0.01));
-}
-
-TEST_CASE("real: df_index_resolver.json.gz (Kineto)") {
-#if VRAM_TRACE_HAS_ZLIB
-  const trace& t = real("df_index_resolver.json.gz");
-  CHECK(t.format == "kineto");
-  CHECK(t.allocs() == 13385);
-  CHECK(t.frees() == 13385);
-  check_consistent(t);
-  REQUIRE(t.recorded_peak_reserved);
-  CHECK(double(*t.recorded_peak_reserved) == Approx(12.78e9).epsilon(0.01));
-  std::uint64_t start = 0;
-  for (std::size_t i = 0; i < t.initial_live; ++i) start += t.events[i].bytes;
-  // About 4.10 GB was allocated before the window (SOURCES.md); the net in-window peak is
-  // about 2.53 GB above that.
-  CHECK(double(start) == Approx(4.10e9).epsilon(0.01));
-  CHECK(double(t.peak_live_bytes() - start) == Approx(2.53e9).epsilon(0.02));
-#else
-  WARN("built without zlib: the gzip Kineto trace is not read");
-#endif
 }
 
 TEST_CASE("real: pangu_2.6B.csv (lifetimes), peak checked by a sweep") {
