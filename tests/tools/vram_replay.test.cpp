@@ -148,6 +148,31 @@ TEST_CASE("bad input: clear errors and exit codes, never a crash") {
   CHECK(truncated.out.find("truncated.pickle: pickle: at byte") != std::string::npos);
 }
 
+TEST_CASE("a CSV none of whose rows can be read is an error naming the first bad line") {
+  for (const auto& [content, error] : {std::pair<std::string, std::string>{
+                                           "Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0xZZ,256,0\n1,0,allocate,0x10,-1,0\n",
+                                           ": line 2: invalid Pointer or Size; no row of the file could be read (2 rows)\n"},
+                                       {"id,lower,upper,size\n0,0,oops,100\n",
+                                        ": line 2: malformed row; no row of the file could be read (1 row)\n"}}) {
+    std::string csv = scratch_file("unreadable.csv", content);
+    auto r = run("--no-timing '" + csv + "'");
+    std::filesystem::remove(csv);
+    INFO(r.out);
+    CHECK(r.status == 1);
+    CHECK(r.out == "vram-replay: " + csv + error);  // that line alone: no table
+  }
+}
+
+TEST_CASE("a text trace that starts with a UTF-8 byte order mark is read") {
+  std::string csv = scratch_file("bom.csv", "\xEF\xBB\xBFid,lower,upper,size\r\n0,0,2,1048576\r\n1,1,3,1048576\r\n");
+  auto r = run("--no-timing --allocators upstream '" + csv + "'");
+  INFO(r.out);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("bom.csv (lifetime-csv): 2 allocs, 2 frees") != std::string::npos);
+  CHECK(r.out.find("warning") == std::string::npos);
+  std::filesystem::remove(csv);
+}
+
 TEST_CASE("--device cuda: replays on the GPU where there is one, says why not where there is none") {
   std::string trace = scratch_file("gpu.vtrace", "# vram-trace 1\nA,1,1048576,0,0\nA,2,4096,0,1\nF,1,1048576,0,2\nF,2,4096,0,3\n");
   auto r = run("--device cuda --no-timing '" + trace + "'");

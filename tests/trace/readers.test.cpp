@@ -125,6 +125,60 @@ TEST_CASE("unknown and gzip-corrupt inputs give clear errors") {
   CHECK_THROWS_AS(vram::trace::read_trace("/nonexistent/file"), vram::trace::trace_error);
 }
 
+TEST_CASE("line-based traces none of whose rows can be read are errors naming the first bad line") {
+  auto error_of = [](const std::string& data, const std::string& name) -> std::string {
+    try {
+      vram::trace::parse_trace(data, name);
+    } catch (const vram::trace::trace_error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK(error_of("Thread,Time,Action,Pointer,Size,Stream\n\n1,0,allocate,zz,256,0\n1,0,allocate,0x10\n", "r.csv") ==
+        "r.csv: line 3: invalid Pointer or Size; no row of the file could be read (2 rows)");
+  CHECK(error_of("Thread,Time,Action,Pointer,Size\n1,0,resize,0x10,1\n", "u.csv") ==
+        "u.csv: line 2: unknown action; no row of the file could be read (1 row)");
+  CHECK(error_of("id,lower,upper,size\n1;0;2;100\nx,0,2,100\n", "l.csv") ==
+        "l.csv: line 2: malformed row; no row of the file could be read (2 rows)");
+  CHECK(error_of("# vram-trace 1\nop,id,bytes,stream,time_ns\n# note\nA,1,-5,0,0\nQ,1,5,0,0\n", "v.trace") ==
+        "v.trace: line 4: malformed row; no row of the file could be read (2 rows)");
+  // One readable row is enough: the others stay counted warnings.
+  trace t = vram::trace::parse_trace("id,lower,upper,size\nx,0,2,100\n1,0,2,100\n", "l.csv");
+  CHECK(t.allocs() == 1);
+  CHECK(t.warnings == 1);
+  // A header without rows, and rows that read but describe nothing, are not errors.
+  CHECK(vram::trace::parse_trace("id,lower,upper,size\n", "h.csv").events.empty());
+  CHECK(vram::trace::parse_trace("id,lower,upper,size\n1,3,3,100\n", "e.csv").warnings == 1);
+  CHECK(vram::trace::parse_trace("Thread,Time,Action,Pointer,Size\n1,0,allocate failure,0x0,9\n", "f.csv").events.empty());
+}
+
+TEST_CASE("a UTF-8 byte order mark before any text trace is skipped") {
+  const std::string bom = "\xEF\xBB\xBF";
+  trace rmm = vram::trace::parse_trace(bom + "Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x10,64,0\n", "b.csv");
+  CHECK(rmm.format == "rmm-csv");
+  CHECK(rmm.allocs() == 1);
+  trace lifetimes = vram::trace::parse_trace(bom + "id,lower,upper,size\r\n0,0,2,100\r\n", "b.csv");
+  CHECK(lifetimes.format == "lifetime-csv");
+  CHECK(lifetimes.allocs() == 1);
+  trace own = vram::trace::parse_trace(bom + "# vram-trace 1\nA,1,64,0,0\nF,1,64,0,1\n", "b.trace");
+  CHECK(own.format == "vram-trace");
+  CHECK(own.frees() == 1);
+  CHECK(own.warnings == 0);
+  std::string event = R"({"name":"[memory]","ph":"i","ts":1,"args":{"Device Type":1,"Addr":64,"Bytes":32}})";
+  trace kineto = vram::trace::parse_trace(bom + R"({"traceEvents":[)" + event + "]}", "b.json");
+  CHECK(kineto.format == "kineto");
+  CHECK(kineto.allocs() == 1);
+  CHECK(vram::trace::parse_trace(bom + "[" + event + "]", "b.json").allocs() == 1);
+  // The readers called directly skip it too, and JSON errors still count bytes from the file's start.
+  CHECK(vram::trace::read_rmm_csv(bom + "Action,Pointer,Size\nallocate,0x10,64\n", "b.csv").allocs() == 1);
+  try {
+    vram::trace::read_kineto(bom + R"({"traceEvents":[{"name":"[memory]",}]})", "bad.json");
+    FAIL("no error");
+  } catch (const vram::trace::trace_error& e) {
+    CHECK(std::string(e.what()).find("byte 38") != std::string::npos);  // byte 35 without the mark
+  }
+}
+
 TEST_CASE("restricted unpickler: built-in values only, hostile input refused") {
   // {'device_traces': [[{'action': 'alloc', 'addr': 4096, 'size': 10, 'stream': 0}]], 'segments': []}
   auto str = [](const std::string& s) { return "\x8c"s + static_cast<char>(s.size()) + s; };

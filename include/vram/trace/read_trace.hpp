@@ -5,7 +5,9 @@
 //
 // Every reader turns malformed input into a vram::trace::trace_error naming the source (and,
 // for binary or JSON input, the byte offset), and tolerable inconsistencies (frees of unknown
-// addresses, fields of the wrong type in one event) into counted warnings on the trace.
+// addresses, fields of the wrong type in one event) into counted warnings on the trace. A
+// line-based file none of whose rows can be read is an error naming its first bad line. Text
+// traces may start with a UTF-8 byte order mark.
 
 #include <algorithm>
 #include <cerrno>
@@ -227,7 +229,10 @@ inline trace read_pytorch_snapshot(std::string_view data, const std::string& sou
 /// (`Device Type` 1); `Bytes` > 0 allocates, < 0 frees; `Total Reserved` is recorded.
 inline trace read_kineto(std::string_view text, const std::string& source) {
   detail::trace::trace_builder b(source, "kineto");
-  vram::detail::trace::json_reader r(text, source);
+  // After a byte order mark, offsets in errors still count from the start of the file.
+  const std::size_t bom = text.size() - detail::trace::strip_bom(text).size();
+  text.remove_prefix(bom);
+  vram::detail::trace::json_reader r(text, source, bom);
   std::int64_t device = -1;
   std::size_t other_devices = 0;
   // Events of several host threads are not in time order in the file: collect, then sort.
@@ -283,7 +288,7 @@ inline trace read_kineto(std::string_view text, const std::string& source) {
       r.skim_value();
       std::string_view slice = text.substr(start, r.offset() - start);
       if (slice.find("\"[memory]\"") == std::string_view::npos) continue;
-      vram::detail::trace::json_reader event_reader(slice, source, start);
+      vram::detail::trace::json_reader event_reader(slice, source, bom + start);
       on_event(event_reader.parse_value(1));
     }
   };
@@ -339,6 +344,7 @@ inline trace read_rmm_csv(std::string_view text, const std::string& source) {
   detail::trace::trace_builder b(source, "rmm-csv");
   int c_time = -1, c_action = -1, c_ptr = -1, c_size = -1, c_stream = -1;
   std::size_t columns = 0;
+  detail::trace::row_tally tally;
   detail::trace::for_each_line(text, [&](std::string_view line, std::size_t number) {
     if (line.empty()) return;
     auto f = detail::trace::split(line);
@@ -356,11 +362,12 @@ inline trace read_rmm_csv(std::string_view text, const std::string& source) {
       return;
     }
     auto where = [&] { return source + ": line " + std::to_string(number); };
-    if (f.size() < columns) return b.warn(where() + ": too few fields: skipped");
+    ++tally.rows;
+    if (f.size() < columns) return b.warn(tally.bad(where() + ": too few fields: skipped"));
     std::uint64_t ptr = 0, size = 0, stream = 0;
     if (!detail::trace::parse_u64(f[std::size_t(c_ptr)], ptr) || !detail::trace::parse_u64(f[std::size_t(c_size)], size) ||
         size > max_trace_bytes)
-      return b.warn(where() + ": invalid Pointer or Size: skipped");
+      return b.warn(tally.bad(where() + ": invalid Pointer or Size: skipped"));
     if (c_stream >= 0 && !detail::trace::parse_u64(f[std::size_t(c_stream)], stream)) stream = 0;
     // Time: "HH:MM:SS.ffffff" (or seconds); ordering comes from the line order anyway.
     std::int64_t t = 0;
@@ -378,9 +385,10 @@ inline trace read_rmm_csv(std::string_view text, const std::string& source) {
     auto action = f[std::size_t(c_action)];
     if (action == "allocate") b.alloc(ptr, size, stream, t);
     else if (action == "free") b.free(ptr, size, stream, t);
-    else if (action != "allocate failure") b.warn(where() + ": unknown action: skipped");
+    else if (action != "allocate failure") b.warn(tally.bad(where() + ": unknown action: skipped"));
   });
   if (columns == 0) throw trace_error(source + ": empty RMM log");
+  if (tally.none_readable()) throw trace_error(tally.error());
   return std::move(b).finish();
 }
 
@@ -397,6 +405,7 @@ inline trace read_lifetime_csv(std::string_view text, const std::string& source)
   std::vector<row> rows;
   std::unordered_set<std::uint64_t> csv_ids;
   bool header = false;
+  detail::trace::row_tally tally;
   detail::trace::for_each_line(text, [&](std::string_view line, std::size_t number) {
     if (line.empty()) return;
     if (!header) {
@@ -407,9 +416,10 @@ inline trace read_lifetime_csv(std::string_view text, const std::string& source)
     auto f = detail::trace::split(line);
     std::uint64_t id = 0, size = 0;
     std::int64_t lower = 0, upper = 0;
+    ++tally.rows;
     if (f.size() != 4 || !detail::trace::parse_u64(f[0], id) || !detail::trace::parse_i64(f[1], lower) ||
         !detail::trace::parse_i64(f[2], upper) || !detail::trace::parse_u64(f[3], size) || size > max_trace_bytes)
-      return t.warn(source + ": line " + std::to_string(number) + ": malformed row: skipped");
+      return t.warn(tally.bad(source + ": line " + std::to_string(number) + ": malformed row: skipped"));
     if (upper <= lower) return t.warn(source + ": line " + std::to_string(number) + ": empty lifetime: skipped");
     // Events are keyed by the row, not by the CSV id: a planner's ids need not be unique.
     if (!csv_ids.insert(id).second) t.warn(source + ": duplicate buffer id " + std::to_string(id));
@@ -418,6 +428,7 @@ inline trace read_lifetime_csv(std::string_view text, const std::string& source)
     rows.push_back({upper, false, buffer, size});
   });
   if (!header) throw trace_error(source + ": empty lifetime CSV");
+  if (tally.none_readable()) throw trace_error(tally.error());
   // Frees before allocations at the same step ([lower, upper) is half-open).
   std::stable_sort(rows.begin(), rows.end(), [](const row& a, const row& b) {
     return a.time != b.time ? a.time < b.time : (!a.alloc && b.alloc);
@@ -446,6 +457,7 @@ inline trace read_vram_trace(std::string_view text, const std::string& source) {
   std::unordered_map<std::uint64_t, bool> seen;
   std::uint32_t max_stream = 0;
   bool window = false;
+  detail::trace::row_tally tally;
   detail::trace::for_each_line(text, [&](std::string_view line, std::size_t number) {
     auto where = [&] { return source + ": line " + std::to_string(number); };
     if (number == 1) {
@@ -456,11 +468,12 @@ inline trace read_vram_trace(std::string_view text, const std::string& source) {
     auto f = detail::trace::split(line);
     std::uint64_t id = 0, bytes = 0, stream = 0;
     std::int64_t time = 0;
+    ++tally.rows;
     if (f.size() != 5 || f[0].size() != 1 || !detail::trace::parse_u64(f[2], bytes) || bytes > max_trace_bytes ||
         (!f[1].empty() && !detail::trace::parse_u64(f[1], id)) ||
         (!f[3].empty() && (!detail::trace::parse_u64(f[3], stream) || stream > 65535)) ||
         (!f[4].empty() && !detail::trace::parse_i64(f[4], time)))
-      return t.warn(where() + ": malformed row: skipped");
+      return t.warn(tally.bad(where() + ": malformed row: skipped"));
     char op = f[0][0];
     auto s = static_cast<std::uint32_t>(stream);
     max_stream = std::max(max_stream, s);
@@ -488,9 +501,10 @@ inline trace read_vram_trace(std::string_view text, const std::string& source) {
         t.recorded_reserved.push_back({t.events.size(), bytes});
         if (!t.recorded_peak_reserved || bytes > *t.recorded_peak_reserved) t.recorded_peak_reserved = bytes;
         return;
-      default: return t.warn(where() + ": unknown op: skipped");
+      default: return t.warn(tally.bad(where() + ": unknown op: skipped"));
     }
   });
+  if (tally.none_readable()) throw trace_error(tally.error());
   t.streams = max_stream + 1;
   return t;
 }
@@ -516,8 +530,9 @@ inline trace parse_trace(std::string_view data, const std::string& source) {
     return parse_trace(text, source);
   }
   if (!data.empty() && static_cast<unsigned char>(data[0]) == 0x80) return read_pytorch_snapshot(data, source);
-  auto start = data.find_first_not_of(" \t\r\n");
-  if (start != std::string_view::npos && (data[start] == '{' || data[start] == '[')) return read_kineto(data, source);
+  std::string_view text = detail::trace::strip_bom(data);  // the readers skip it too
+  auto start = text.find_first_not_of(" \t\r\n");
+  if (start != std::string_view::npos && (text[start] == '{' || text[start] == '[')) return read_kineto(data, source);
   auto line = detail::trace::first_line(data);
   if (line.starts_with("# vram-trace")) return read_vram_trace(data, source);
   if (line == "id,lower,upper,size") return read_lifetime_csv(data, source);

@@ -1,15 +1,23 @@
 #pragma once
 // Line-oriented text helpers the CSV and vram-trace readers share: trimming, splitting,
-// strict integer parsing, and iteration over lines with their numbers.
+// strict integer parsing, iteration over lines with their numbers (after a UTF-8 byte order
+// mark, which editors on Windows write), and the tally of rows that could not be read.
 
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace vram::detail::trace {
+
+/// `text` without a leading UTF-8 byte order mark (EF BB BF).
+inline std::string_view strip_bom(std::string_view text) {
+  return text.starts_with("\xEF\xBB\xBF") ? text.substr(3) : text;
+}
 
 inline std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -45,9 +53,11 @@ inline bool parse_i64(std::string_view s, std::int64_t& out) {
   return ec == std::errc{} && p == s.data() + s.size();
 }
 
-/// Iterates the lines of `text` (without the line break), with 1-based numbers.
+/// Iterates the lines of `text` (without the line break and a leading byte order mark), with
+/// 1-based numbers.
 template <class F>
 void for_each_line(std::string_view text, F&& f) {
+  text = strip_bom(text);
   std::size_t number = 0;
   while (!text.empty()) {
     auto p = text.find('\n');
@@ -59,6 +69,32 @@ void for_each_line(std::string_view text, F&& f) {
   }
 }
 
-inline std::string_view first_line(std::string_view text) { return trim(text.substr(0, text.find('\n'))); }
+inline std::string_view first_line(std::string_view text) {
+  text = strip_bom(text);
+  return trim(text.substr(0, text.find('\n')));
+}
+
+/// A line-based trace's data rows and the first of them that could not be read: a file none
+/// of whose rows can be read is an error naming that line, not an empty trace with warnings.
+/// Invariant: unreadable <= rows; first_unreadable is set iff unreadable != 0.
+struct row_tally {
+  std::size_t rows = 0;        // data rows (not the header, blank or comment lines)
+  std::size_t unreadable = 0;  // rows that did not parse (malformed fields, unknown operation)
+  std::string first_unreadable;
+
+  /// Records an unreadable row; returns `message` (its warning: "file: line N: why").
+  std::string bad(std::string message) {
+    if (unreadable++ == 0) first_unreadable = message;
+    return message;
+  }
+  [[nodiscard]] bool none_readable() const noexcept { return rows != 0 && unreadable == rows; }
+  /// The error: the first bad line (its warning without ": skipped") and that no row was better.
+  [[nodiscard]] std::string error() const {
+    std::string_view first = first_unreadable;
+    if (first.ends_with(": skipped")) first.remove_suffix(9);
+    return std::string(first) + "; no row of the file could be read (" + std::to_string(unreadable) +
+           (unreadable == 1 ? " row)" : " rows)");
+  }
+};
 
 }  // namespace vram::detail::trace
