@@ -173,6 +173,37 @@ TEST_CASE("a text trace that starts with a UTF-8 byte order mark is read") {
   std::filesystem::remove(csv);
 }
 
+TEST_CASE("an output file that cannot be written: its name, the system's reason, exit 1") {
+  std::string trace = scratch_file("small.vtrace", "# vram-trace 1\nA,1,4096,0,0\nF,1,4096,0,1\n");
+  std::string dir = scratch("out-dir");
+  std::filesystem::create_directories(dir);
+  struct expectation {
+    std::string option, path, message;
+  };
+  for (const auto& [option, path, message] :
+       {expectation{"--json", "/nonexistent-dir/out.json", "cannot create /nonexistent-dir/out.json: No such file or directory"},
+        expectation{"--html", dir, "cannot create " + dir + ": Is a directory"},
+        expectation{"--json", "/dev/full", "cannot write /dev/full: No space left on device"},
+        expectation{"--html", "/dev/full", "cannot write /dev/full: No space left on device"},
+        expectation{"--write-trace", "/dev/full", "cannot write /dev/full: No space left on device"},
+        expectation{"--write-trace", "/nonexistent-dir/t.vtrace", "cannot create /nonexistent-dir/t.vtrace: No such file or directory"}}) {
+    auto r = run("--no-timing --allocators upstream " + option + " '" + path + "' '" + trace + "'");
+    INFO(option << " " << path << "\n" << r.out);
+    CHECK(r.status == 1);
+    CHECK(r.out.find("vram-replay: " + message + "\n") != std::string::npos);
+    CHECK(r.out.find("wrote") == std::string::npos);
+  }
+  // A path that cannot be created fails before any replay.
+  auto early = run("--no-timing --json /nonexistent-dir/out.json '" + trace + "'");
+  CHECK(early.out.find("==") == std::string::npos);
+  // Standard output too.
+  std::string err = scratch("stderr.txt");
+  int status = std::system(("'" + std::string(VRAM_REPLAY_EXE) + "' --no-timing '" + trace + "' > /dev/full 2> '" + err + "'").c_str());
+  CHECK(WEXITSTATUS(status) == 1);
+  CHECK(slurp(err) == "vram-replay: cannot write standard output: No space left on device\n");
+  for (const auto& f : {trace, dir, err}) std::filesystem::remove(f);
+}
+
 TEST_CASE("--device cuda: replays on the GPU where there is one, says why not where there is none") {
   std::string trace = scratch_file("gpu.vtrace", "# vram-trace 1\nA,1,1048576,0,0\nA,2,4096,0,1\nF,1,1048576,0,2\nF,2,4096,0,3\n");
   auto r = run("--device cuda --no-timing '" + trace + "'");

@@ -10,12 +10,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include <vram-replay/lineup.hpp>
+#include <vram-replay/output_file.hpp>
 #include <vram/trace/read_trace.hpp>
 #include <vram/trace/replay.hpp>
 #include <vram/trace/report.hpp>
@@ -132,6 +132,16 @@ std::vector<vram_replay::allocator_config> cuda_allocators() {
 }
 #endif
 
+/// The exit status once everything is printed: 1, with the reason, where standard output
+/// could not be written (a full disk, a closed pipe).
+int finish_stdout() {
+  errno = 0;
+  if (std::cout.flush() && std::fflush(stdout) == 0 && std::ferror(stdout) == 0) return 0;
+  std::cerr << "vram-replay: cannot write standard output: " << (errno != 0 ? std::strerror(errno) : "write error")
+            << "\n";
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -215,16 +225,22 @@ int main(int argc, char** argv) {
     std::cerr << "vram-replay: " << e.what() << "\n";
     return 1;
   }
+  // Every output file is created before the replays, so a path that cannot be written fails
+  // at once; each failure names the file and the system's reason.
+  vram_replay::output_file trace_out(write_path), json_out(json_path), html_out(html_path);
+  auto failed = [](const vram_replay::output_file& o) {
+    std::cerr << "vram-replay: " << o.error() << "\n";
+    return 1;
+  };
   if (!write_path.empty()) {
-    std::ofstream out(write_path);
-    write_vram_trace(out, traces.front());
-    if (!out) {
-      std::cerr << "vram-replay: cannot write " << write_path << " (" << std::strerror(errno) << ")\n";
-      return 1;
-    }
+    if (!trace_out.open()) return failed(trace_out);
+    write_vram_trace(trace_out.stream(), traces.front());
+    if (!trace_out.close()) return failed(trace_out);
     std::cout << "wrote " << write_path << " (" << traces.front().name << " in vram's trace format)\n";
-    return 0;
+    return finish_stdout();
   }
+  for (auto* o : {&json_out, &html_out})
+    if (!o->path().empty() && !o->open()) return failed(*o);
 
   bool tty = ::isatty(2) != 0;
   std::vector<std::pair<const trace*, std::vector<replay_result>>> runs;
@@ -253,22 +269,14 @@ int main(int argc, char** argv) {
     runs.emplace_back(&t, std::move(results));
   }
   if (!json_path.empty()) {
-    std::ofstream out(json_path);
-    write_json(out, all);
-    if (!out) {
-      std::cerr << "vram-replay: cannot write " << json_path << " (" << std::strerror(errno) << ")\n";
-      return 1;
-    }
+    write_json(json_out.stream(), all);
+    if (!json_out.close()) return failed(json_out);
     std::cout << "wrote " << json_path << " (the figures as JSON)\n";
   }
   if (!html_path.empty()) {
-    std::ofstream out(html_path);
-    write_html(out, runs);
-    if (!out) {
-      std::cerr << "vram-replay: cannot write " << html_path << " (" << std::strerror(errno) << ")\n";
-      return 1;
-    }
+    write_html(html_out.stream(), runs);
+    if (!html_out.close()) return failed(html_out);
     std::cout << "wrote " << html_path << " (open it in a browser: live vs reserved over time, per allocator)\n";
   }
-  return 0;
+  return finish_stdout();
 }
