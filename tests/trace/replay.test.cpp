@@ -189,6 +189,23 @@ TEST_CASE("JSON and HTML reports parse") {
   CHECK(count("<polyline") >= 2 * results.size());
 }
 
+TEST_CASE("HTML report: numbers as people read them (whole nanoseconds, ratios to three decimals)") {
+  trace t = small_trace();
+  vram::trace::replay_result r = vram_replay::default_allocators().front().run(t, {});
+  r.peak_live_bytes = 3000;
+  r.peak_reserved_bytes = 4096;  // 1.365333...
+  r.ns_per_op_p50 = 23.456789;
+  r.ns_per_op_p99 = 1514.6875;
+  std::ostringstream html;
+  vram::trace::write_html(html, {{&t, {r}}});
+  std::string page = html.str();
+  INFO(page.substr(0, 2000));
+  CHECK(page.find("<td>1.365</td><td>" + std::to_string(r.ooms) + "</td><td>" + std::to_string(r.upstream_allocations) +
+                  "</td><td>23</td><td>1515</td>") != std::string::npos);
+  CHECK(page.find("23.4") == std::string::npos);
+  CHECK(page.find("1514.6") == std::string::npos);
+}
+
 namespace {
 
 /// Durations drawn by `draw`, each read as a clock moving in steps of `step` units would read

@@ -128,16 +128,17 @@ inline void write_html(std::ostream& out, const std::vector<std::pair<const trac
         << t->streams << " stream(s), " << t->warnings << " warning(s).</p>\n";
     out << "<table><tr><th>allocator</th><th>peak live</th><th>peak reserved</th><th>reserved/live</th><th>OOMs</th>"
            "<th>upstream calls</th><th>p50 ns</th><th>p99 ns</th><th>recorded reserved</th></tr>\n";
-    char buf[128];
+    char buf[256];
     for (const auto& r : results) {
       if (!r.error.empty()) {
         out << "<tr><td>" << escape_html(r.allocator) << "</td><td colspan=\"8\">" << escape_html(r.error) << "</td></tr>\n";
         continue;
       }
-      std::snprintf(buf, sizeof buf, "%.3f", r.reserved_per_live());
+      // As in the text table: the ratio to three decimals, nanoseconds as whole numbers.
+      std::snprintf(buf, sizeof buf, "%.3f</td><td>%zu</td><td>%zu</td><td>%.0f</td><td>%.0f", r.reserved_per_live(),
+                    r.ooms, r.upstream_allocations, r.ns_per_op_p50, r.ns_per_op_p99);
       out << "<tr><td>" << escape_html(r.allocator) << "</td><td>" << format_bytes(double(r.peak_live_bytes))
-          << "</td><td>" << format_bytes(double(r.peak_reserved_bytes)) << "</td><td>" << buf << "</td><td>" << r.ooms
-          << "</td><td>" << r.upstream_allocations << "</td><td>" << r.ns_per_op_p50 << "</td><td>" << r.ns_per_op_p99
+          << "</td><td>" << format_bytes(double(r.peak_reserved_bytes)) << "</td><td>" << buf
           << "</td><td>" << (r.recorded_reserved_bytes ? format_bytes(double(*r.recorded_reserved_bytes)) : "-")
           << "</td></tr>\n";
     }
