@@ -7,24 +7,36 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <memory>
+#include <new>
+#include <set>
+#include <unordered_map>
 
 namespace vram::detail::stream_pool {
 
 /// Classes of block sizes: one per 256-B step below 32 KiB, then 64 per doubling, so a class
-/// spans at most 1/64 of its sizes and holds few blocks. Each class keeps an intrusive list
-/// sorted by (size, address); two levels of bitmaps find the first non-empty class at or above
-/// a request's class in O(1).
+/// spans at most 1/64 of its sizes and usually holds few blocks. Each class keeps an intrusive
+/// list sorted by (size, address); two levels of bitmaps find the first non-empty class at or
+/// above a request's class in O(1). A class may still hold thousands of blocks of one size
+/// (equal tensors, KV-cache pages): when a walk of a class reaches `walk_limit` nodes, the
+/// class also gets an ordered set of its nodes, through which inserts and best fits there
+/// find their place in O(log k); the set is dropped when the class shrinks below half the
+/// limit (the hysteresis keeps building it amortized O(1) per operation).
 ///
 /// Node needs the members `std::size_t size`, `std::uintptr_t addr`, `Node* free_prev`,
 /// `Node* free_next` and `std::uint32_t free_class` (they belong to the index while the node
 /// is in it; the class is kept so that an erase need not compute it again).
-/// Complexity: best fit O(1) plus a walk of the request's own class; insert O(class length);
-/// erase O(1).
+/// Complexity, k the length of the class concerned: best fit and insert O(min(k, walk_limit))
+/// in a class without a set, O(log k) in one with a set; erase O(1), O(log k) with a set;
+/// next() O(1). bench.pool_worst_case measures a class of 4,096 equal blocks beside the common
+/// case. If memory for a set runs out, the class is walked instead: no answer depends on the
+/// sets, and no operation fails.
 /// Invariants: a listed node's free_class is class_of(its size) and it is in that list;
-/// every class list is sorted by (size, address); bit c of the class bitmap is set
-/// iff class c is non-empty; bit w of the summary iff word w of the bitmap is non-zero;
-/// size() == the number of listed nodes.
+/// every class list is sorted by (size, address); bit c of `long_` is set iff class c has a
+/// set, which then holds exactly its list's nodes, at least walk_limit / 2 of them; bit c of
+/// the class bitmap is set iff class c is non-empty; bit w of the summary iff word w of the
+/// bitmap is non-zero; size() == the number of listed nodes.
 template <class Node>
 class free_index {
   static constexpr int quantum_log2 = 8;                  // 256-B blocks
@@ -37,6 +49,9 @@ class free_index {
   static_assert(words <= 64, "the summary is one 64-bit word");
 
  public:
+  /// A walk of a class that reaches this many nodes gives the class an ordered set.
+  static constexpr std::uint32_t walk_limit = 64;
+
   free_index() : heads_(std::make_unique<Node*[]>(class_count)) {}
 
   [[nodiscard]] std::size_t size() const noexcept { return count_; }
@@ -48,9 +63,14 @@ class free_index {
     n->free_class = static_cast<std::uint32_t>(c);
     Node** link = &heads_[c];
     Node* prev = nullptr;
-    while (*link != nullptr && before(*link, n)) {
-      prev = *link;
-      link = &prev->free_next;
+    std::uint32_t walked = 0;
+    if (has_set(c) && place_by_set(n, c, prev)) [[unlikely]] {
+      if (prev != nullptr) link = &prev->free_next;
+    } else {
+      for (; *link != nullptr && before(*link, n); ++walked) {
+        prev = *link;
+        link = &prev->free_next;
+      }
     }
     n->free_prev = prev;
     n->free_next = *link;
@@ -59,10 +79,14 @@ class free_index {
     bitmap_[c / 64] |= std::uint64_t{1} << (c % 64);
     summary_ |= std::uint64_t{1} << (c / 64);
     ++count_;
+    if (walked >= walk_limit) [[unlikely]]
+      build_set(c);
   }
 
   /// Removes n (pre: n is in this index).
   void erase(Node* n) noexcept {
+    if (has_set(n->free_class)) [[unlikely]]
+      forget_in_set(n);
     if (n->free_next != nullptr) n->free_next->free_prev = n->free_prev;
     if (n->free_prev != nullptr) {
       n->free_prev->free_next = n->free_next;
@@ -80,8 +104,17 @@ class free_index {
   [[nodiscard]] Node* best_fit(std::size_t need) const noexcept {
     if (count_ == 0) return nullptr;  // common for a stream's index: no list to touch
     std::size_t c = class_of(need);
-    for (Node* n = heads_[c]; n != nullptr; n = n->free_next)
-      if (n->size >= need) return n;
+    if (has_set(c)) [[unlikely]]
+      return fit_by_set(c, need);
+    std::uint32_t walked = 0;
+    for (Node* n = heads_[c]; n != nullptr; n = n->free_next, ++walked)
+      if (n->size >= need) {
+        if (walked >= walk_limit) [[unlikely]]
+          build_set(c);
+        return n;
+      }
+    if (walked >= walk_limit) [[unlikely]]
+      build_set(c);
     return first_from(c + 1);
   }
 
@@ -118,6 +151,67 @@ class free_index {
     return a->size != b->size ? a->size < b->size : a->addr < b->addr;
   }
 
+  // ---- long classes: their sets, out of line so that the short classes' paths stay small
+
+  /// A long class's nodes in (size, address) order; lower_bound(need) finds the first node
+  /// of at least `need` bytes.
+  struct order {
+    using is_transparent = void;
+    bool operator()(const Node* a, const Node* b) const noexcept { return before(a, b); }
+    bool operator()(const Node* a, std::size_t need) const noexcept { return a->size < need; }
+    bool operator()(std::size_t need, const Node* a) const noexcept { return need < a->size; }
+  };
+  using ordered = std::set<Node*, order>;
+
+  [[nodiscard]] bool has_set(std::size_t c) const noexcept { return (long_[c / 64] >> (c % 64)) & 1; }
+
+  /// Gives class c a set holding its list (a cache of the list's order: best_fit, which is
+  /// const, may build it). Without memory for it, nothing changes.
+  [[gnu::noinline]] void build_set(std::size_t c) const noexcept {
+    try {
+      ordered& set = long_classes_.try_emplace(c).first->second;
+      for (Node* x = heads_[c]; x != nullptr; x = x->free_next) set.insert(set.end(), x);
+      long_[c / 64] |= std::uint64_t{1} << (c % 64);
+    } catch (const std::bad_alloc&) {
+      long_classes_.erase(c);
+    }
+  }
+  void drop_set(std::size_t c) const noexcept {
+    long_classes_.erase(c);
+    long_[c / 64] &= ~(std::uint64_t{1} << (c % 64));
+  }
+
+  /// Places n (of class c, which has a set) through the set; `prev` is the node n goes after
+  /// (nullptr: the head). False when memory for the set's node ran out: the set is dropped
+  /// and the caller walks the list.
+  [[gnu::noinline]] bool place_by_set(Node* n, std::size_t c, Node*& prev) noexcept {
+    ordered& set = long_classes_.find(c)->second;
+    try {
+      auto it = set.insert(n).first;
+      prev = it == set.begin() ? nullptr : *std::prev(it);
+      return true;
+    } catch (const std::bad_alloc&) {
+      drop_set(c);
+      return false;
+    }
+  }
+
+  /// Takes n out of its class's set, and drops the set when the class gets short.
+  [[gnu::noinline]] void forget_in_set(Node* n) noexcept {
+    std::size_t c = n->free_class;
+    ordered& set = long_classes_.find(c)->second;
+    set.erase(n);
+    if (set.size() < walk_limit / 2) drop_set(c);
+  }
+
+  /// Best fit through class c's set: its first node of at least `need` bytes, else the head
+  /// of the next non-empty class.
+  [[gnu::noinline]] Node* fit_by_set(std::size_t c, std::size_t need) const noexcept {
+    const ordered& set = long_classes_.find(c)->second;
+    auto at = set.lower_bound(need);
+    return at != set.end() ? *at : first_from(c + 1);
+  }
+
   /// Sizes map to classes monotonically: size a <= size b implies class_of(a) <= class_of(b).
   static std::size_t class_of(std::size_t bytes) noexcept {
     std::size_t q = bytes >> quantum_log2;
@@ -140,6 +234,10 @@ class free_index {
   }
 
   std::unique_ptr<Node*[]> heads_;           // class_count list heads
+  // The long classes' sets, and which classes have one. Mutable: a cache of the lists' order
+  // that best_fit() may build.
+  mutable std::unordered_map<std::size_t, ordered> long_classes_;
+  mutable std::array<std::uint64_t, words> long_{};
   std::array<std::uint64_t, words> bitmap_{};  // bit c: class c non-empty
   std::uint64_t summary_ = 0;                // bit w: bitmap_[w] != 0
   std::size_t count_ = 0;
