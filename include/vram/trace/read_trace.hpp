@@ -39,19 +39,11 @@
 #include <vram/trace/detail/json.hpp>
 #include <vram/trace/detail/text.hpp>
 #include <vram/trace/detail/pickle.hpp>
+#include <vram/trace/detail/rmm_csv.hpp>
 #include <vram/trace/detail/trace_builder.hpp>
 #include <vram/trace/trace.hpp>
 
 namespace vram::trace {
-
-/// A trace that cannot be read; what() names the file and, where it applies, the byte offset.
-class trace_error : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-/// Sizes beyond this are taken as corrupt (no device has 2^48 bytes).
-inline constexpr std::uint64_t max_trace_bytes = std::uint64_t{1} << 48;
 
 
 /// Decompresses gzip data (at most `limit` bytes of output, against decompression bombs).
@@ -341,55 +333,7 @@ inline trace read_kineto(std::string_view text, const std::string& source) {
 /// An RMM log (`rmm::mr::logging_resource_adaptor`): header `Thread,Time,Action,Pointer,Size,Stream`
 /// (column order free, an optional `Tenant` column ignored); `allocate failure` rows are skipped.
 inline trace read_rmm_csv(std::string_view text, const std::string& source) {
-  detail::trace::trace_builder b(source, "rmm-csv");
-  int c_time = -1, c_action = -1, c_ptr = -1, c_size = -1, c_stream = -1;
-  std::size_t columns = 0;
-  detail::trace::row_tally tally;
-  detail::trace::for_each_line(text, [&](std::string_view line, std::size_t number) {
-    if (line.empty()) return;
-    auto f = detail::trace::split(line);
-    if (columns == 0) {
-      columns = f.size();
-      for (std::size_t i = 0; i < f.size(); ++i) {
-        if (f[i] == "Time") c_time = int(i);
-        if (f[i] == "Action") c_action = int(i);
-        if (f[i] == "Pointer") c_ptr = int(i);
-        if (f[i] == "Size") c_size = int(i);
-        if (f[i] == "Stream") c_stream = int(i);
-      }
-      if (c_action < 0 || c_ptr < 0 || c_size < 0)
-        throw trace_error(source + ": line 1: an RMM log needs Action, Pointer and Size columns");
-      return;
-    }
-    auto where = [&] { return source + ": line " + std::to_string(number); };
-    ++tally.rows;
-    if (f.size() < columns) return b.warn(tally.bad(where() + ": too few fields: skipped"));
-    std::uint64_t ptr = 0, size = 0, stream = 0;
-    if (!detail::trace::parse_u64(f[std::size_t(c_ptr)], ptr) || !detail::trace::parse_u64(f[std::size_t(c_size)], size) ||
-        size > max_trace_bytes)
-      return b.warn(tally.bad(where() + ": invalid Pointer or Size: skipped"));
-    if (c_stream >= 0 && !detail::trace::parse_u64(f[std::size_t(c_stream)], stream)) stream = 0;
-    // Time: "HH:MM:SS.ffffff" (or seconds); ordering comes from the line order anyway.
-    std::int64_t t = 0;
-    if (c_time >= 0) {
-      double seconds = 0, part = 0;
-      std::string field(f[std::size_t(c_time)]);
-      std::istringstream in(field);
-      char colon = 0;
-      while (in >> part) {
-        seconds = seconds * 60 + part;
-        if (!(in >> colon) || colon != ':') break;
-      }
-      t = vram::detail::trace::saturate_to_int64(seconds * 1e9);
-    }
-    auto action = f[std::size_t(c_action)];
-    if (action == "allocate") b.alloc(ptr, size, stream, t);
-    else if (action == "free") b.free(ptr, size, stream, t);
-    else if (action != "allocate failure") b.warn(tally.bad(where() + ": unknown action: skipped"));
-  });
-  if (columns == 0) throw trace_error(source + ": empty RMM log");
-  if (tally.none_readable()) throw trace_error(tally.error());
-  return std::move(b).finish();
+  return detail::trace::read_rmm_csv(text, source);
 }
 
 /// A lifetime CSV (`id,lower,upper,size`): buffer `id` is live over steps [lower, upper).

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -75,5 +76,14 @@ struct trace {
     return n;
   }
 };
+
+/// A trace that cannot be read; what() names the file and, where it applies, the byte offset.
+class trace_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Sizes beyond this are taken as corrupt (no device has 2^48 bytes).
+inline constexpr std::uint64_t max_trace_bytes = std::uint64_t{1} << 48;
 
 }  // namespace vram::trace
