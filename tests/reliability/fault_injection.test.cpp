@@ -84,7 +84,7 @@ void check_empty(const A& a) {
   }
 }
 
-/// Runs the sweep. `make(faulty)` builds the allocator under test over a faulty source (it
+/// Runs the sweep. `make(faulty)` builds the allocator under test over a fault-injection adaptor (it
 /// may itself fail: a constructor that takes memory is a failure point too).
 /// The recording upstream balances: every byte taken was given back. (A pool over a
 /// contiguous source may free a range in other pieces than it took it, so calls need not

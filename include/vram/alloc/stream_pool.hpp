@@ -80,9 +80,11 @@ inline std::uint64_t next_pool_id() noexcept {
 /// With a contiguous upstream (has_contiguous_growth, contiguous() true: cuda_vmm_source,
 /// simulated_device_source in contiguous mode) adjacent chunks merge, so the pool grows in
 /// place and release() can return any granularity-aligned free piece.
-/// Complexity: bin hit O(1); heap allocation O(1 + s) (segregated lists with bitmaps, plus a
-/// walk of one size class) with s streams holding free blocks (the steal search); a free
-/// O(length of one size class); growth and release O(chunks + blocks touched).
+/// Complexity: bin hit O(1); heap allocation and free O(log k) at worst in the size class
+/// concerned (segregated lists with bitmaps; a class of many blocks is ordered by a set too),
+/// plus O(s) when the stream has nothing that fits and s other streams hold free blocks (the
+/// steal search); growth and release O(chunks + blocks touched). bench.pool_worst_case
+/// measures both worst cases.
 /// Zero bytes: allocate returns nullptr; deallocate(nullptr, ...) does nothing.
 /// Misuse (foreign pointer, double free, wrong size) is reported through report_misuse and
 /// changes nothing.

@@ -18,9 +18,10 @@ struct stream_pool_options {
   /// Largest request served from the per-stream bins (0: no bins). At most 1 MiB. Bins are
   /// exact-size caches of recently freed blocks: they add no rounding, but a cached block
   /// does not coalesce until the bins are flushed (before the pool grows or takes its top
-  /// block), and LIFO reuse places blocks differently from best fit. On the shared traces
-  /// bins up to 32 KiB cost nothing in reserved bytes and 64 KiB and above cost up to 7 %
-  /// (pangu_2.6B; docs/PERFORMANCE.md), hence 16 KiB. Raise it for speed at larger sizes.
+  /// block), and LIFO reuse places blocks differently from best fit, so the larger the bins,
+  /// the more their blocks can scatter through the heap (docs/stream_pool.md, Limitations).
+  /// 16 KiB keeps the shared traces within 0.004 of best fit's reserved bytes
+  /// (docs/PERFORMANCE.md, fragmentation). Raise it for speed at larger sizes.
   std::size_t small_max = std::size_t{16} << 10;
   /// Per stream, the most bytes of small blocks kept in bins (beyond that they go back to
   /// the shared best-fit heap, where they coalesce).

@@ -102,7 +102,9 @@ inline void check_cu(CUresult r, const char* call) {
 /// (everything mapped by the failing call is undone); cuda_error (code: the CUresult) for any
 /// other driver failure. Freeing memory that is not mapped is reported as a foreign pointer.
 /// Copies share the range and compare equal; the range is unmapped and freed with the last.
-/// Complexity: allocate/deallocate O(log r + g), r free ranges, g granules touched.
+/// Complexity: allocate O(r + g), r free ranges of the reservation (first fit from the lowest
+/// address: a pool above it merges what it frees, so r stays small), g granules mapped;
+/// deallocate O(log r + g).
 class cuda_vmm_source {
  public:
   explicit cuda_vmm_source(cuda_vmm_options options = {}) : state_(std::make_shared<state>(options)) {}

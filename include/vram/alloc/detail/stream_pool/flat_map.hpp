@@ -5,8 +5,8 @@
 //
 // Linear probing with backward-shift deletion (no tombstones), load factor <= 1/4: runs stay
 // so short that a lookup usually ends at the home slot and an erase moves nothing, so the
-// loops' exits are predictable (at 1/2 a heap free mispredicted about once in them:
-// docs/PERFORMANCE.md). 64-128 bytes of table per entry: about the size of the block it points to.
+// loops' exits are predictable (at a load of 1/2 their exits mispredict far more often).
+// 64-128 bytes of table per entry: about the size of the block it points to.
 // Invariant: size_ * 4 <= slots_.size(); every key sits in the probe run that starts at its hash.
 
 #include <cstddef>

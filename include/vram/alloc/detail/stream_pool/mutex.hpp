@@ -1,7 +1,6 @@
 #pragma once
 // detail::stream_pool::heap_mutex: the heap lock of a stream_pool. An uncontended lock and unlock are one
-// atomic instruction each, inlined (std::mutex calls into pthread for both, about 60
-// instructions a pair). A contended lock spins briefly, then sleeps on the futex behind
+// atomic instruction each, inlined (std::mutex calls into pthread for both). A contended lock spins briefly, then sleeps on the futex behind
 // std::atomic::wait, so threads waiting while the holder calls a slow upstream (cudaMalloc)
 // do not burn their cores.
 
