@@ -70,7 +70,7 @@ class freeing_stream {
   /// True when refresh(s) would change something (cheap check for the hot path).
   [[nodiscard]] bool stale(stream_ref s) const noexcept { return s.is_host() && host_ != s.host().state(); }
 
-  /// Marks all work enqueued on the stream so far.
+  /// Marks all work enqueued on the stream so far (complete at once when the stream is idle).
   [[nodiscard]] stream_marker record() const {
     stream_marker m;
     if (host_) {
@@ -78,6 +78,13 @@ class freeing_stream {
       m.host_ = host_;
       m.ticket_ = host_->enqueued;
     } else if (is_cuda_) {
+#if VRAM_HAS_CUDA
+      // An idle stream needs no event: its work so far is complete now. (An event recorded on
+      // it and queried at once would still read "not ready", so the blocks freed on it would
+      // wait for a later merge.) A stream being captured is not queried: that would end the
+      // capture.
+      if (!detail::cuda_stream_capturing(cuda_) && cudaStreamQuery(cuda_) == cudaSuccess) return m;
+#endif
       m.cuda_ = std::make_shared<event>();
       m.cuda_->record(stream_ref{cuda_});
     }
