@@ -101,6 +101,29 @@ struct counted_cuda {
   friend bool operator==(const counted_cuda&, const counted_cuda&) noexcept { return true; }
 };
 
+/// One CUDA stream per trace stream, so the pools see the trace's streams as real streams
+/// (frees keyed per stream, steals ordered by events). Synchronized and destroyed last.
+struct cuda_streams {
+  explicit cuda_streams(std::uint32_t n) {
+    for (std::uint32_t i = 0; i < n; ++i) {
+      cudaStream_t s = nullptr;
+      vram::detail::check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+      raw.push_back(s);
+      refs.emplace_back(s);
+    }
+  }
+  ~cuda_streams() {
+    for (cudaStream_t s : raw)
+      if (cudaStreamSynchronize(s) != cudaSuccess || cudaStreamDestroy(s) != cudaSuccess)
+        std::cerr << "vram-replay: a CUDA stream could not be synchronized or destroyed: "
+                  << cudaGetErrorString(cudaGetLastError()) << "\n";
+  }
+  cuda_streams(const cuda_streams&) = delete;
+  cuda_streams& operator=(const cuda_streams&) = delete;
+  std::vector<cudaStream_t> raw;
+  std::vector<vram::stream_ref> refs;
+};
+
 std::vector<vram_replay::allocator_config> cuda_allocators() {
   using namespace vram::trace;
   using vram_replay::allocator_config;
@@ -109,17 +132,19 @@ std::vector<vram_replay::allocator_config> cuda_allocators() {
   using vram_replay::find_allocator;
   return {{"cuda-pool-vmm", "stream_pool on cuda_vmm_source (virtual memory, grows in place)",
            [](const trace& t, const replay_options& o) {
+             cuda_streams streams(t.streams);  // declared first: destroyed after the pool
              auto pool = std::make_unique<vram::stream_pool<vram::cuda_vmm_source>>(vram::cuda_vmm_source{},
                                                                                      vram::stream_pool_options{});
-             auto r = replay(t, *pool, [&] { return pool->stats(); }, {}, o);
+             auto r = replay(t, *pool, [&] { return pool->stats(); }, streams.refs, o);
              r.allocator = "cuda-pool-vmm";
              return r;
            }},
           {"cuda-pool", "stream_pool on cudaMalloc (cuda_device_source), 20 MiB growth",
            [](const trace& t, const replay_options& o) {
+             cuda_streams streams(t.streams);
              auto pool = std::make_unique<vram::stream_pool<vram::cuda_device_source>>(
                  vram::cuda_device_source{}, vram::stream_pool_options{.growth_step = std::size_t{20} << 20});
-             auto r = replay(t, *pool, [&] { return pool->stats(); }, {}, o);
+             auto r = replay(t, *pool, [&] { return pool->stats(); }, streams.refs, o);
              r.allocator = "cuda-pool";
              return r;
            }},

@@ -1,0 +1,132 @@
+"""libvram_c's cuda backend driven as PyTorch and CuPy drive it, over the CUDA stand-in.
+
+PyTorch's torch.cuda.memory.CUDAPluggableAllocator calls `malloc(ssize_t size, int device,
+cudaStream_t stream)` and `free(void* ptr, ssize_t size, int device, cudaStream_t stream)`
+from whichever threads allocate tensors, each on its current stream; CuPy's
+cupy.cuda.memory.CFunctionAllocator calls `malloc(param, size, device)` and
+`free(param, ptr, device)`. This client does both from several threads on several real
+(stand-in) streams, writes every block on its stream, then reads the statistics and a
+PyTorch snapshot back through the C API and checks the stand-in for host-blocking calls and
+leaks.
+
+Run: python3 c_abi_client.py LIBVRAM_C_BUILT_AGAINST_THE_STANDIN LIBVRAM_CUDA_STANDIN
+(CTest: standin.c_abi_python)."""
+
+import ctypes
+import os
+import pickle
+import sys
+import tempfile
+import threading
+
+os.environ["VRAM_BACKEND"] = "cuda"
+os.environ["VRAM_ALLOCATOR"] = "pool"
+for name in ("VRAM_TENANT", "VRAM_TENANT_QUOTA", "VRAM_DEVICE_COUNT"):
+    os.environ.pop(name, None)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import vram  # noqa: E402  (the package's ctypes declarations, loaded on the stand-in build)
+
+vram.load(sys.argv[1])
+c = vram._c()
+cuda = ctypes.CDLL(sys.argv[2])  # the same library libvram_c was linked against
+cuda.cudaStreamCreate.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+cuda.cudaStreamSynchronize.argtypes = [ctypes.c_void_p]
+cuda.cudaStreamDestroy.argtypes = [ctypes.c_void_p]
+cuda.cudaMemsetAsync.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p]
+cuda.vram_standin_blocking_calls.restype = ctypes.c_size_t
+cuda.vram_standin_leaks.restype = ctypes.c_size_t
+cuda.vram_standin_leaks.argtypes = [ctypes.c_int]
+c.vram_cupy_malloc.argtypes, c.vram_cupy_malloc.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_void_p
+c.vram_cupy_free.argtypes, c.vram_cupy_free.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int], None
+
+failures = []
+
+
+def check(condition, what):
+    if not condition:
+        failures.append(what)
+        print("FAILED:", what, flush=True)
+
+
+leaks_before = cuda.vram_standin_leaks(0)
+vram.init(0)
+check(b"cuda" in c.vram_describe(0), "the cuda backend is chosen: " + c.vram_describe(0).decode())
+
+SIZES = [512, 4096, 100_000, 1 << 20, 3 << 20, 300]
+
+
+def torch_like(rounds, stream, errors):
+    """A thread allocating and freeing on its own stream, as tensors come and go."""
+    live = []
+    for r in range(rounds):
+        for size in SIZES:
+            p = c.vram_malloc(size, 0, stream)
+            if not p:
+                errors.append(c.vram_last_error())
+                return
+            if cuda.cudaMemsetAsync(p, r & 0xFF, size, stream) != 0:  # the block is device memory
+                errors.append(b"cudaMemsetAsync on a vram block failed")
+            live.append((p, size))
+        for p, size in live[::2]:
+            c.vram_free(p, size, 0, stream)
+        live = live[1::2]
+    for p, size in live:
+        c.vram_free(p, size, 0, stream)
+
+
+def cupy_like(rounds, errors):
+    """CuPy's allocator calls: no stream (the legacy default stream)."""
+    for _ in range(rounds):
+        ps = [(c.vram_cupy_malloc(None, size, 0), size) for size in SIZES]
+        if not all(p for p, _ in ps):
+            errors.append(c.vram_last_error())
+            return
+        for p, _ in ps:
+            c.vram_cupy_free(None, p, 0)
+
+
+streams = []
+for _ in range(4):
+    s = ctypes.c_void_p()
+    check(cuda.cudaStreamCreate(ctypes.byref(s)) == 0, "cudaStreamCreate")
+    streams.append(s.value)
+
+torch_like(2, streams[0], [])  # warm: the pool has grown, the lanes exist
+blocking_before = cuda.vram_standin_blocking_calls()
+errors = []
+threads = [threading.Thread(target=torch_like, args=(40, s, errors)) for s in streams]
+threads.append(threading.Thread(target=cupy_like, args=(40, errors)))
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+check(not errors, f"allocation errors: {errors[:3]}")
+check(cuda.vram_standin_blocking_calls() == blocking_before,
+      f"{cuda.vram_standin_blocking_calls() - blocking_before} host-blocking CUDA calls in malloc/free")
+
+for s in streams:
+    check(cuda.cudaStreamSynchronize(s) == 0, "cudaStreamSynchronize")
+st = vram.stats(0)
+check(st["live_bytes"] == 0, f"live bytes after every free: {st['live_bytes']}")
+check(st["allocated_bytes.all.current"] == 0, "PyTorch's name for live bytes")
+check(st["total_allocations"] == st["total_deallocations"], "allocations and frees balance")
+check(st["total_allocations"] >= 4 * 40 * len(SIZES), f"allocations counted: {st['total_allocations']}")
+check(st["reserved_bytes"] > 0, "the pool holds memory")
+
+with tempfile.TemporaryDirectory() as d:
+    path = os.path.join(d, "snapshot.pickle")
+    vram.snapshot(path)
+    with open(path, "rb") as f:
+        snap = pickle.load(f)
+    check(isinstance(snap.get("segments"), list) and isinstance(snap.get("device_traces"), list),
+          "a PyTorch snapshot: segments and device_traces")
+
+vram.empty_cache()
+vram.shutdown()
+for s in streams:
+    check(cuda.cudaStreamDestroy(s) == 0, "cudaStreamDestroy")
+check(cuda.vram_standin_leaks(1) == leaks_before, "nothing held on the stand-in after shutdown")
+
+print(f"{len(failures)} failure(s)" if failures else "c_abi_client: every check passed")
+sys.exit(1 if failures else 0)
