@@ -8,6 +8,12 @@
 
 #include "support/prerequisite.hpp"
 
+// The build against a current CCCL (interop.cuda_mr.cccl_current.standin) must take the
+// CCCL 3.1+ branch, or it proves nothing the toolkit's build does not.
+#if defined(VRAM_EXPECT_CCCL_NEW_MR_NAMING) && !(VRAM_HAS_CUDA_MR && VRAM_CCCL_NEW_MR_NAMING)
+#  error "built against a current CCCL, yet cuda_mr.hpp's CCCL 3.1+ branch is not the one compiled"
+#endif
+
 #include <vram/alloc/stream_pool.hpp>
 #include <vram/source/host_source.hpp>
 #include <vram/source/simulated_device_source.hpp>
