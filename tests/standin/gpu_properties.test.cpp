@@ -236,3 +236,29 @@ TEST_CASE("standin: a fault at every CUDA call under stream_pool and budget_slab
   sweep("cudaMalloc", slab);
   sweep("cudaHostAlloc", slab);
 }
+
+TEST_CASE("standin: the tracker completes a free on a CUDA stream when the stream reaches it, without blocking",
+          "[standin][tracker]") {
+  cuda_stream s;
+  vram::stream_pool<vram::cuda_device_source> pool(vram::cuda_device_source{});
+  vram::tracker_adaptor tracker(vram::ref(pool));
+  void* p = tracker.allocate(s.ref(), 1 * MiB);
+  gate busy;
+  busy.close_on(s.raw);  // the free's turn on the stream comes only when the gate opens
+  vram_standin_reset_counts();
+  tracker.deallocate(s.ref(), p, 1 * MiB);
+  CHECK(blocking_calls() == 0);
+  auto count = [&](vram::tracker_action a) {
+    std::size_t n = 0;
+    for (const auto& e : tracker.events()) n += e.action == a;
+    return n;
+  };
+  CHECK(count(vram::tracker_action::free_requested) == 1);
+  CHECK(count(vram::tracker_action::free_completed) == 0);  // the stream has not reached it
+  busy.open();
+  REQUIRE(cudaStreamSynchronize(s.raw) == cudaSuccess);
+  // The stream has reached the free: the tracker sees it (it may notice on a later call).
+  for (int i = 0; i < 100 && count(vram::tracker_action::free_completed) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(count(vram::tracker_action::free_completed) == 1);
+}

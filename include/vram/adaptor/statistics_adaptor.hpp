@@ -20,7 +20,7 @@ namespace vram {
 /// through it, in total and per tenant. Cheap enough to leave on in production: one relaxed
 /// atomic add per operation (the total, so its peak is exact) and per-thread shards of
 /// per-tenant counters in fixed arrays indexed by tenant id (no map, no lock, no contended
-/// line); about 20 ns per allocate + deallocate pair over a stream_pool (docs/PERFORMANCE.md). The counters take about
+/// line); about 16 ns per allocate + deallocate pair over a stream_pool (docs/PERFORMANCE.md). The counters take about
 /// 100 KiB (17 shards x 256 tenants x 24 bytes).
 ///
 /// Tenants: an allocation counts for the explicit tenant argument, else vram::current_tenant().
