@@ -21,7 +21,8 @@
 // Stricter than CUDA where CUDA's own documentation says a call is invalid but a real driver
 // might not notice: each refusal names the rule it follows. It counts every call
 // (standin.h), counts the calls that block the caller until device work completes, fails the
-// Nth call of any function on request, and reports what is still held (leaks).
+// Nth call of any function on request, and reports what is still held (leaks), on request and
+// at exit.
 //
 // What it cannot show: device-side races and kernels (there are none), real timings, driver
 // bugs, and the interaction of several processes with one device.
@@ -220,7 +221,12 @@ struct state {
 };
 
 state& S() {
-  static state* s = new state;
+  static state* s = [] {
+    auto* created = new state;
+    // At exit, what is still held is reported (to stderr; the exit status is the test's).
+    std::atexit([] { (void)vram_standin_leaks(1); });
+    return created;
+  }();
   return *s;
 }
 
