@@ -92,7 +92,6 @@ struct CUstream_st {
 
   const unsigned int flags;
   const bool legacy;
-  bool destroyed = false;  // guarded by the registry's mutex
 
  private:
   void run() {
@@ -122,7 +121,6 @@ struct CUstream_st {
 struct CUevent_st {
   CUstream_st* stream = nullptr;  // nullptr: never recorded (complete, as CUDA defines it)
   std::uint64_t ticket = 0;
-  bool destroyed = false;
 };
 
 struct CUmemPoolHandle_st {
@@ -131,7 +129,6 @@ struct CUmemPoolHandle_st {
   std::uint64_t used = 0, used_high = 0;
   std::uint64_t kept = 0;  // freed bytes the pool keeps (reserved = used + kept)
   std::uint64_t reserved_high = 0;
-  bool destroyed = false;
 };
 
 namespace {
@@ -735,8 +732,7 @@ cudaError_t CUDARTAPI cudaMemPoolDestroy(cudaMemPool_t pool) {
   auto& s = S();
   std::lock_guard lock(s.mutex);
   if (s.pools.erase(pool) == 0) return fail(cudaErrorInvalidValue);
-  pool->destroyed = true;  // kept: outstanding allocations still name it (freed with them)
-  s.destroyed_pools.push_back(pool);
+  s.destroyed_pools.push_back(pool);  // kept: outstanding allocations still name it (freed with them)
   return cudaSuccess;
 }
 
@@ -871,7 +867,6 @@ cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t stream) {
   std::lock_guard lock(s.mutex);
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread || s.streams.erase(stream) == 0)
     return fail(cudaErrorInvalidResourceHandle);
-  stream->destroyed = true;
   s.destroyed_streams.push_back(stream);
   return cudaSuccess;
 }
@@ -947,8 +942,7 @@ cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t event) {
   auto& s = S();
   std::lock_guard lock(s.mutex);
   if (s.events.erase(event) == 0) return fail(cudaErrorInvalidResourceHandle);
-  event->destroyed = true;  // kept, so a later event never reuses the address
-  s.destroyed_events.push_back(event);
+  s.destroyed_events.push_back(event);  // kept, so a later event never reuses the address
   return cudaSuccess;
 }
 
@@ -999,8 +993,6 @@ cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event
 
 namespace {
 
-CUresult cu_fail(CUresult r) { return r; }
-
 #define STANDIN_CU_ENTER(name, exhausted)                       \
   do {                                                          \
     if (in_host_function) return CUDA_ERROR_NOT_PERMITTED;      \
@@ -1015,7 +1007,7 @@ bool valid_prop(const CUmemAllocationProp* prop) {
 CUresult standin_cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
                                                CUmemAllocationGranularity_flags) {
   STANDIN_CU_ENTER("cuMemGetAllocationGranularity", CUDA_ERROR_UNKNOWN);
-  if (granularity == nullptr || !valid_prop(prop)) return cu_fail(CUDA_ERROR_INVALID_VALUE);
+  if (granularity == nullptr || !valid_prop(prop)) return CUDA_ERROR_INVALID_VALUE;
   *granularity = vmm_granularity;
   return CUDA_SUCCESS;
 }
@@ -1027,10 +1019,10 @@ CUresult standin_cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t align
   STANDIN_CU_ENTER("cuMemAddressReserve", CUDA_ERROR_OUT_OF_MEMORY);
   if (ptr == nullptr || size == 0 || size % vmm_granularity != 0 || addr != 0 || flags != 0 ||
       (alignment & (alignment - 1)) != 0)
-    return cu_fail(CUDA_ERROR_INVALID_VALUE);
+    return CUDA_ERROR_INVALID_VALUE;
   std::size_t align = std::max<std::size_t>(alignment, vmm_granularity);
   void* p = mmap(nullptr, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return cu_fail(CUDA_ERROR_OUT_OF_MEMORY);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   auto raw = reinterpret_cast<std::uintptr_t>(p);
   std::uintptr_t at = (raw + align - 1) / align * align;
   if (at > raw) munmap(p, at - raw);
@@ -1049,7 +1041,7 @@ CUresult standin_cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   std::lock_guard lock(s.mutex);
   auto it = s.reservations.find(ptr);
   if (it == s.reservations.end() || it->second.bytes != size || !it->second.mappings.empty())
-    return cu_fail(CUDA_ERROR_INVALID_VALUE);
+    return CUDA_ERROR_INVALID_VALUE;
   munmap(reinterpret_cast<void*>(ptr), size);
   s.reservations.erase(it);
   return CUDA_SUCCESS;
@@ -1061,10 +1053,10 @@ CUresult standin_cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, 
                              unsigned long long flags) {
   STANDIN_CU_ENTER("cuMemCreate", CUDA_ERROR_OUT_OF_MEMORY);
   if (handle == nullptr || size == 0 || size % vmm_granularity != 0 || flags != 0 || !valid_prop(prop))
-    return cu_fail(CUDA_ERROR_INVALID_VALUE);
+    return CUDA_ERROR_INVALID_VALUE;
   auto& s = S();
   std::lock_guard lock(s.mutex);
-  if (s.used + size > s.capacity) return cu_fail(CUDA_ERROR_OUT_OF_MEMORY);
+  if (s.used + size > s.capacity) return CUDA_ERROR_OUT_OF_MEMORY;
   s.used += size;
   *handle = s.next_handle++;
   s.handles[*handle] = vmm_handle{size, prop->location.id};
@@ -1079,7 +1071,7 @@ CUresult standin_cuMemRelease(CUmemGenericAllocationHandle handle) {
   auto& s = S();
   std::lock_guard lock(s.mutex);
   auto it = s.handles.find(handle);
-  if (it == s.handles.end() || it->second.mapped_at != 0) return cu_fail(CUDA_ERROR_INVALID_VALUE);
+  if (it == s.handles.end() || it->second.mapped_at != 0) return CUDA_ERROR_INVALID_VALUE;
   s.used -= it->second.bytes;
   s.handles.erase(it);
   return CUDA_SUCCESS;
@@ -1096,14 +1088,14 @@ CUresult standin_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGene
   auto h = s.handles.find(handle);
   if (h == s.handles.end() || flags != 0 || offset != 0 || size != h->second.bytes || h->second.mapped_at != 0 ||
       ptr % vmm_granularity != 0)
-    return cu_fail(CUDA_ERROR_INVALID_VALUE);
+    return CUDA_ERROR_INVALID_VALUE;
   auto r = s.reservations.upper_bound(ptr);
-  if (r == s.reservations.begin()) return cu_fail(CUDA_ERROR_INVALID_VALUE);
+  if (r == s.reservations.begin()) return CUDA_ERROR_INVALID_VALUE;
   --r;
-  if (ptr + size > r->first + r->second.bytes) return cu_fail(CUDA_ERROR_INVALID_VALUE);
+  if (ptr + size > r->first + r->second.bytes) return CUDA_ERROR_INVALID_VALUE;
   for (CUdeviceptr a = ptr; a < ptr + size; a += vmm_granularity)
     for (auto& [at, hh] : r->second.mappings)
-      if (a >= at && a < at + s.handles[hh].bytes) return cu_fail(CUDA_ERROR_INVALID_VALUE);
+      if (a >= at && a < at + s.handles[hh].bytes) return CUDA_ERROR_INVALID_VALUE;
   r->second.mappings[ptr] = handle;
   h->second.mapped_at = ptr;
   return CUDA_SUCCESS;
@@ -1119,7 +1111,7 @@ CUresult standin_cuMemUnmap(CUdeviceptr ptr, size_t size) {
     std::size_t covered = 0;
     for (CUdeviceptr a = ptr; a < ptr + size; a += covered) {
       auto m = r.mappings.find(a);
-      if (m == r.mappings.end()) return cu_fail(CUDA_ERROR_INVALID_VALUE);
+      if (m == r.mappings.end()) return CUDA_ERROR_INVALID_VALUE;
       covered = s.handles[m->second].bytes;
     }
     for (CUdeviceptr a = ptr; a < ptr + size;) {
@@ -1134,7 +1126,7 @@ CUresult standin_cuMemUnmap(CUdeviceptr ptr, size_t size) {
     }
     return CUDA_SUCCESS;
   }
-  return cu_fail(CUDA_ERROR_INVALID_VALUE);
+  return CUDA_ERROR_INVALID_VALUE;
 }
 
 /// Driver API, cuMemSetAccess: every granule of the range mapped; read-write for a valid
@@ -1142,11 +1134,11 @@ CUresult standin_cuMemUnmap(CUdeviceptr ptr, size_t size) {
 CUresult standin_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
   STANDIN_CU_ENTER("cuMemSetAccess", CUDA_ERROR_UNKNOWN);
   if (desc == nullptr || count == 0 || size == 0 || size % vmm_granularity != 0 || ptr % vmm_granularity != 0)
-    return cu_fail(CUDA_ERROR_INVALID_VALUE);
+    return CUDA_ERROR_INVALID_VALUE;
   for (std::size_t i = 0; i < count; ++i)
     if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc[i].location.id < 0 ||
         desc[i].location.id >= S().devices)
-      return cu_fail(CUDA_ERROR_INVALID_DEVICE);
+      return CUDA_ERROR_INVALID_DEVICE;
   auto& s = S();
   std::lock_guard lock(s.mutex);
   for (auto& [at, r] : s.reservations) {
@@ -1154,14 +1146,14 @@ CUresult standin_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
     for (CUdeviceptr a = ptr; a < ptr + size; a += vmm_granularity) {
       bool mapped = false;
       for (auto& [m, hh] : r.mappings) mapped = mapped || (a >= m && a < m + s.handles[hh].bytes);
-      if (!mapped) return cu_fail(CUDA_ERROR_INVALID_VALUE);
+      if (!mapped) return CUDA_ERROR_INVALID_VALUE;
     }
     bool write = desc[0].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     mprotect(reinterpret_cast<void*>(ptr), size, write ? PROT_READ | PROT_WRITE : PROT_READ);
     for (CUdeviceptr a = ptr; a < ptr + size; a += vmm_granularity) r.accessible.insert(a);
     return CUDA_SUCCESS;
   }
-  return cu_fail(CUDA_ERROR_INVALID_VALUE);
+  return CUDA_ERROR_INVALID_VALUE;
 }
 
 }  // namespace
