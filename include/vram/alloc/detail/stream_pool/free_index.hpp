@@ -22,7 +22,8 @@ namespace vram::detail::stream_pool {
 /// (equal tensors, KV-cache pages): when a walk of a class reaches `walk_limit` nodes, the
 /// class also gets an ordered set of its nodes, through which inserts and best fits there
 /// find their place in O(log k); the set is dropped when the class shrinks below half the
-/// limit (the hysteresis keeps building it amortized O(1) per operation).
+/// limit (the hysteresis pays for each build: at least k / 2 operations on the class come
+/// between two builds of a k-node set, so building costs O(log k) per operation, amortized).
 ///
 /// Node needs the members `std::size_t size`, `std::uintptr_t addr`, `Node* free_prev`,
 /// `Node* free_next` and `std::uint32_t free_class` (they belong to the index while the node
