@@ -301,13 +301,12 @@ void block_on(CUstream_st* st, std::uint64_t ticket) {
 }
 
 /// The live allocation holding [p, p + n), if any (pre: the mutex held).
-allocation* find_allocation(std::uintptr_t p, std::size_t n, std::uintptr_t* start = nullptr) {
+allocation* find_allocation(std::uintptr_t p, std::size_t n) {
   auto& s = S();
   auto it = s.allocations.upper_bound(p);
   if (it == s.allocations.begin()) return nullptr;
   --it;
   if (p < it->first || p + n > it->first + it->second.bytes || it->second.freeing) return nullptr;
-  if (start != nullptr) *start = it->first;
   return &it->second;
 }
 
@@ -970,7 +969,11 @@ cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t event) {
 cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t event) {
   STANDIN_ENTER("cudaEventSynchronize", cudaErrorUnknown);
   if (!live_event(event)) return fail(cudaErrorInvalidResourceHandle);
-  if (auto [on, ticket] = position(event); on != nullptr) block_on(on, ticket);
+  if (auto [on, ticket] = position(event); on != nullptr) {
+    block_on(on, ticket);
+  } else {
+    ++S().blocking;  // a blocking call even when there is nothing to wait for
+  }
   return cudaSuccess;
 }
 
@@ -1234,13 +1237,5 @@ size_t vram_standin_leaks(int report) {
   }
   return total;
 }
-
-size_t vram_standin_device_used(void) {
-  auto& s = S();
-  std::lock_guard lock(s.mutex);
-  return s.used;
-}
-
-size_t vram_standin_device_capacity(void) { return S().capacity; }
 
 }  // extern "C"

@@ -49,10 +49,7 @@ struct gate {
   void open() { open_ = true; }
 };
 
-std::size_t blocking_calls() {
-  return vram_standin_blocking_calls() + vram_standin_calls("cudaStreamSynchronize") +
-         vram_standin_calls("cudaDeviceSynchronize") + vram_standin_calls("cudaEventSynchronize");
-}
+std::size_t blocking_calls() { return vram_standin_blocking_calls(); }
 
 /// Allocates and frees on two streams (bins, the heap, frees on the other stream) through `r`.
 template <class R>

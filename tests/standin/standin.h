@@ -30,12 +30,6 @@ void vram_standin_fail_call(const char* name, size_t nth);
  * stderr when `report` is non-zero. */
 size_t vram_standin_leaks(int report);
 
-/* Device bytes in use (cudaMalloc, pools, cuMemCreate) and the configured capacity
- * (VRAM_STANDIN_CAPACITY bytes, default 80 GiB, reserved as address space and never touched
- * until allocated). */
-size_t vram_standin_device_used(void);
-size_t vram_standin_device_capacity(void);
-
 #ifdef __cplusplus
 }
 #endif

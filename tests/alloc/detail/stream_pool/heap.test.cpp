@@ -48,21 +48,11 @@ struct model {
     auto it = live.upper_bound(a);
     return it != live.begin() && a < std::prev(it)->first + std::prev(it)->second;
   }
-  /// The free runs: held bytes not live, split where held ranges do not touch.
-  [[nodiscard]] std::vector<std::pair<std::uintptr_t, std::size_t>> free_runs(bool contiguous) const {
+  /// The free runs: held bytes not live, split where held ranges do not touch (hold() has
+  /// merged the ranges that touch, as the heap merges chunks, when the upstream is contiguous).
+  [[nodiscard]] std::vector<std::pair<std::uintptr_t, std::size_t>> free_runs() const {
     std::vector<std::pair<std::uintptr_t, std::size_t>> runs;
-    std::map<std::uintptr_t, std::size_t> ranges;  // held ranges, merged when contiguous
     for (auto [a, n] : held) {
-      if (contiguous && !ranges.empty()) {
-        auto& last = *ranges.rbegin();
-        if (last.first + last.second == a) {
-          last.second += n;
-          continue;
-        }
-      }
-      ranges.emplace(a, n);
-    }
-    for (auto [a, n] : ranges) {
       std::uintptr_t at = a, end = a + n;
       auto it = live.lower_bound(a);
       for (; it != live.end() && it->first < end; ++it) {
@@ -78,7 +68,7 @@ struct model {
 void fail(const char* what) { throw std::logic_error(std::string("heap invariant: ") + what); }
 
 /// The heap's blocks, in address order, checked against the model.
-void check_against(const heap& h, const model& m, bool contiguous) {
+void check_against(const heap& h, const model& m) {
   std::vector<std::pair<std::uintptr_t, std::size_t>> free_blocks;
   std::size_t held = 0;
   h.check(fail, [&](const block* b) {
@@ -90,7 +80,7 @@ void check_against(const heap& h, const model& m, bool contiguous) {
   });
   for (auto [a, n] : m.held) held += n;
   REQUIRE(h.reserved() == held);
-  REQUIRE(free_blocks == m.free_runs(contiguous));  // every free run is one block: fully coalesced
+  REQUIRE(free_blocks == m.free_runs());  // every free run is one block: fully coalesced
 }
 
 /// Best fit by brute force: the smallest run of at least `need`, lowest address among equals;
@@ -121,7 +111,7 @@ TEST_CASE("heap: best fit, coalescing, growth and release against a brute-force 
         std::size_t r = rng() % 100;
         if (r < 50) {  // allocate: best fit, or grow by a range (sometimes not adjacent)
           std::size_t bytes = 256 * (1 + rng() % (rng() % 4 == 0 ? 4096 : 64));
-          auto runs = m.free_runs(contiguous);
+          auto runs = m.free_runs();
           const auto* expected = model_fit(runs, m, contiguous, bytes);
           block* b = h.find_fit(any, bytes);
           if (expected == nullptr) {
@@ -130,7 +120,7 @@ TEST_CASE("heap: best fit, coalescing, growth and release against a brute-force 
             if (rng() % 3 == 0) next += granule;  // a gap: the new range starts a chunk
             h.grow_by(grow, any, [&](std::size_t n) { return reinterpret_cast<void*>(std::exchange(next, next + n)); });
             m.hold(next - grow, grow, contiguous);
-            runs = m.free_runs(contiguous);
+            runs = m.free_runs();
             expected = model_fit(runs, m, contiguous, bytes);
             b = h.find_fit(any, bytes);
             REQUIRE(expected != nullptr);
@@ -173,7 +163,7 @@ TEST_CASE("heap: best fit, coalescing, growth and release against a brute-force 
           if (!contiguous)  // whole chunks only: every returned range was one grow_by's range
             for (auto [a, n] : returned) REQUIRE(n >= granule);
         }
-        check_against(h, m, contiguous);
+        check_against(h, m);
       }
       h.clear([](std::uintptr_t, std::size_t) {});
       REQUIRE(h.chunks().empty());
