@@ -1,16 +1,17 @@
 #pragma once
-// vram::quota_adaptor<Upstream, Observer>: per-tenant hard and soft memory limits over any
-// upstream, with hierarchical tenants (a tenant's usage counts against every ancestor).
+// vram::quota_adaptor<Upstream, Observer, Book>: per-tenant hard and soft memory limits over
+// any upstream, with hierarchical tenants (a tenant's usage counts against every ancestor).
+// The book keeps the limits and usage: in this process (the default), or in a ledger shared
+// by processes (vram::ledger_quota_adaptor, ledger_quota_adaptor.hpp).
 
-#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <limits>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -21,7 +22,7 @@
 #include <vram/core/tenant.hpp>
 #include <vram/adaptor/detail/adaptor_base.hpp>
 #include <vram/adaptor/detail/pointer_map.hpp>
-#include <vram/detail/throw.hpp>
+#include <vram/adaptor/detail/quota_book.hpp>
 #include <vram/detail/throw.hpp>
 
 namespace vram {
@@ -34,17 +35,16 @@ using soft_limit_callback = std::function<void(tenant t, std::size_t soft_limit,
 /// Enforces per-tenant memory limits.
 ///
 /// Accounting: usage(t) is the sum of the requested bytes of t's live allocations and of all
-/// its descendants'. A request of b bytes for tenant t first reserves b on t and on every
-/// ancestor, each with a compare-and-swap loop that refuses to pass that tenant's hard limit;
-/// only when every level accepted is the upstream called. A refusal (or an upstream failure)
-/// rolls back the levels already reserved and throws vram::quota_exceeded (or the upstream's
-/// error). So usage never exceeds a hard limit, not even transiently, and a refused request
-/// leaves every counter as it was (others may briefly see its reservation and be refused
-/// conservatively — never the reverse).
+/// its descendants'. A request of b bytes for tenant t is first charged to t and to every
+/// ancestor in the book, which refuses unless each stays within its hard limit; only when it
+/// was granted is the upstream called. A refusal throws vram::quota_exceeded; an upstream
+/// failure returns the charge and rethrows. So usage never exceeds a hard limit, not even
+/// transiently, and a refused request leaves every counter as it was but the refusal count.
 /// Soft limits: the callback runs once per upward crossing (see soft_limit_callback).
 /// Limits may be changed at any time; a hard limit lowered below usage refuses new requests
 /// until frees bring usage under it (frees always succeed).
-/// Tenants: the explicit tenant argument, else vram::current_tenant(); the tenant is recorded
+/// Tenants: the explicit tenant argument, else the book's default (local_book:
+/// vram::current_tenant(); a ledger: the tenant it was given); the tenant is recorded
 /// per pointer, so deallocation needs no tenant and may happen on any thread or scope.
 /// Misuse: freeing a pointer not live here, or with another size, is reported (error handler)
 /// and changes nothing (the upstream is not called).
@@ -55,83 +55,91 @@ using soft_limit_callback = std::function<void(tenant t, std::size_t soft_limit,
 /// allocation (after usage was reserved), every deallocation and every refusal.
 /// Capabilities: owns() from its records; release, try_allocate (a refusal gives nullptr) and
 /// the upstream's check_invariants pass through (adaptor_base); stats() adds the upstream's.
-/// Complexity: O(depth of the tenant) atomics + one sharded hash-map update per operation.
-template <class Upstream, class Observer = no_observer>
-class quota_adaptor : public detail::adaptor::adaptor_base<quota_adaptor<Upstream, Observer>, Upstream> {
-  using base = detail::adaptor::adaptor_base<quota_adaptor<Upstream, Observer>, Upstream>;
+/// Complexity: the book's charge (local_book: O(depth of the tenant) atomics) + one sharded
+/// hash-map update per operation.
+template <class Upstream, class Observer = no_observer, class Book = detail::adaptor::local_book>
+class quota_adaptor
+    : public detail::adaptor::adaptor_base<quota_adaptor<Upstream, Observer, Book>, Upstream> {
+  using base = detail::adaptor::adaptor_base<quota_adaptor<Upstream, Observer, Book>, Upstream>;
   using base::upstream_;
 
  public:
-  static constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
+  static constexpr std::size_t unlimited = ~std::size_t{0};
+  using book_type = Book;
 
-  explicit quota_adaptor(Upstream upstream = Upstream{},
-                         std::shared_ptr<const tenant_registry> registry = tenant_registry::global(),
+  /// `book`: local_book takes the tenant registry (default: the global one).
+  explicit quota_adaptor(Upstream upstream = Upstream{}, typename Book::argument book = default_book(),
                          Observer observer = Observer{})
-      : base(std::move(upstream)), observer_(std::move(observer)),
-        state_(std::make_shared<state>(std::move(registry))) {}
+      : base(std::move(upstream)), observer_(std::move(observer)), state_(std::make_shared<state>(std::move(book))) {}
 
   [[nodiscard]] static constexpr const char* name() noexcept { return "quota_adaptor"; }
 
   // ---- limits -------------------------------------------------------------------------
 
-  /// Sets t's hard limit (unlimited to remove it). Throws invalid_argument for an unknown tenant.
-  void set_hard_limit(tenant t, std::size_t bytes) { level(checked(t)).hard.store(bytes, std::memory_order_relaxed); }
+  /// Sets t's hard limit (unlimited to remove it). Throws invalid_argument for an unknown tenant
+  /// (a ledger: ledger_error when this handle may not change limits).
+  void set_hard_limit(tenant t, std::size_t bytes) { book().set_hard_limit(checked(t), bytes); }
   /// Sets t's soft limit (unlimited to remove it).
-  void set_soft_limit(tenant t, std::size_t bytes) { level(checked(t)).soft.store(bytes, std::memory_order_relaxed); }
-  [[nodiscard]] std::size_t hard_limit(tenant t) const { return level(checked(t)).hard.load(std::memory_order_relaxed); }
-  [[nodiscard]] std::size_t soft_limit(tenant t) const { return level(checked(t)).soft.load(std::memory_order_relaxed); }
+  void set_soft_limit(tenant t, std::size_t bytes) { book().set_soft_limit(checked(t), bytes); }
+  [[nodiscard]] std::size_t hard_limit(tenant t) const { return book().hard_limit(checked(t)); }
+  [[nodiscard]] std::size_t soft_limit(tenant t) const { return book().soft_limit(checked(t)); }
   /// Installs the soft-limit callback (replacing any previous one; empty to remove).
   void set_soft_limit_callback(soft_limit_callback cb) {
     std::lock_guard lock(state_->callback_mutex);
     state_->callback = std::move(cb);
   }
 
-  /// Bytes held by t and its descendants.
-  [[nodiscard]] std::size_t usage(tenant t) const { return level(checked(t)).usage.load(std::memory_order_relaxed); }
+  /// Bytes held by t and its descendants (a ledger: by every process).
+  [[nodiscard]] std::size_t usage(tenant t) const { return book().usage(checked(t)); }
   /// Highest usage(t) so far.
-  [[nodiscard]] std::size_t peak_usage(tenant t) const { return level(checked(t)).peak.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::size_t peak_usage(tenant t) const { return book().peak_usage(checked(t)); }
   /// Requests refused for t's own limit.
-  [[nodiscard]] std::size_t refusals(tenant t) const { return level(checked(t)).refusals.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::size_t refusals(tenant t) const { return book().refusals(checked(t)); }
 
-  [[nodiscard]] const tenant_registry& registry() const noexcept { return *state_->registry; }
+  [[nodiscard]] Book& book() const noexcept { return state_->book; }
+  [[nodiscard]] const tenant_registry& registry() const noexcept
+    requires std::is_same_v<Book, detail::adaptor::local_book>
+  {
+    return state_->book.registry();
+  }
 
   // ---- the resource -------------------------------------------------------------------
 
   void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
-    return allocate(s, bytes, align, current_tenant());
+    return allocate(s, bytes, align, book().default_tenant());
   }
-  /// Allocates for tenant `t` (overriding the current tenant_scope).
+  /// Allocates for tenant `t` (overriding the default tenant).
   /// Throws quota_exceeded, the upstream's errors, invalid_argument for an unknown tenant.
   void* allocate(stream_ref s, std::size_t bytes, std::size_t align, tenant t) {
     detail::check_request(name(), bytes, align);
     checked(t);
     if (bytes == 0) return nullptr;
-    chain c = chain_of(t);
-    std::uint64_t crossed = reserve(c, t, bytes, s);
+    detail::adaptor::charge_result charge = book().charge(t, bytes);
+    if (!charge.granted) [[unlikely]] refuse(s, bytes, t, charge);
     void* p;
     try {
       p = upstream_.allocate(s, bytes, align);
     } catch (const out_of_memory& e) {
-      unreserve(c, c.size, bytes);
+      book().uncharge(t, bytes);
       state_->ooms.fetch_add(1, std::memory_order_relaxed);
       observer_.on_out_of_memory(bytes, s, e.stats());
       throw;
     } catch (...) {
-      unreserve(c, c.size, bytes);
+      book().uncharge(t, bytes);
       throw;
     }
     try {
       state_->pointers.insert(p, record{t, bytes});
     } catch (...) {
       upstream_.deallocate(s, p, bytes, align);
-      unreserve(c, c.size, bytes);
+      book().uncharge(t, bytes);
       throw;
     }
     std::size_t live = state_->live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
     raise(state_->peak_live, live);
     state_->allocations.fetch_add(1, std::memory_order_relaxed);
     observer_.on_allocate(p, bytes, s);
-    if (crossed != 0) fire_soft_callbacks(c, crossed);
+    if (charge.soft_crossed != 0) fire_soft_callbacks(t, charge.soft_crossed);
     return p;
   }
 
@@ -147,15 +155,14 @@ class quota_adaptor : public detail::adaptor::adaptor_base<quota_adaptor<Upstrea
       return;
     }
     upstream_.deallocate(s, p, bytes, align);
-    chain c = chain_of(r->owner);
-    unreserve(c, c.size, bytes);
+    book().uncharge(r->owner, bytes);
     state_->live.fetch_sub(bytes, std::memory_order_relaxed);
     state_->deallocations.fetch_add(1, std::memory_order_relaxed);
     observer_.on_deallocate(p, bytes, s);
   }
 
   void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) {
-    return allocate(stream_ref{}, bytes, align, current_tenant());
+    return allocate(stream_ref{}, bytes, align, book().default_tenant());
   }
   void deallocate_sync(void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
     deallocate(stream_ref{}, p, bytes, align);
@@ -188,16 +195,16 @@ class quota_adaptor : public detail::adaptor::adaptor_base<quota_adaptor<Upstrea
   /// True when `p` is live through this adaptor (from its records, whatever the upstream has).
   [[nodiscard]] bool owns(const void* p) const { return state_->pointers.find(p).has_value(); }
 
-  /// Verifies its own records, then the upstream's (exact when no other thread is allocating): every tenant's
-  /// usage equals its own live bytes plus its children's usage; the recorded pointers sum to
-  /// the total live bytes.
+  /// Verifies its own records against the book, then the upstream's invariants (exact when
+  /// no other thread is allocating): the recorded pointers sum to the total live bytes, and
+  /// the book's usage agrees with the records (local_book: usage(t) == own(t) + children's;
+  /// a ledger: this process's charges per tenant == own(t), and the ledger's own invariant).
   void check_invariants() const {
 #if VRAM_DEBUG
-    const auto& reg = *state_->registry;
-    std::size_t n = reg.size();
-    std::vector<std::size_t> own(n, 0);
+    std::vector<std::size_t> own(max_tenants, 0);
     std::size_t total = 0, count = 0;
     state_->pointers.for_each([&](const void*, const record& r) {
+      if (r.owner.id >= own.size()) own.resize(r.owner.id + 1, 0);
       own[r.owner.id] += r.bytes;
       total += r.bytes;
       ++count;
@@ -205,14 +212,7 @@ class quota_adaptor : public detail::adaptor::adaptor_base<quota_adaptor<Upstrea
     if (total != state_->live.load()) throw std::logic_error("quota_adaptor: recorded bytes != live bytes");
     if (count != state_->allocations.load() - state_->deallocations.load())
       throw std::logic_error("quota_adaptor: recorded pointers != live allocations");
-    // usage(t) == own(t) + sum of usage(children): accumulate own bytes up the tree.
-    std::vector<std::size_t> expected = own;
-    for (std::size_t i = n; i-- > 1;) {
-      tenant p;
-      if (reg.parent(tenant{static_cast<std::uint32_t>(i)}, p)) expected[p.id] += expected[i];
-    }
-    for (std::size_t i = 0; i < n; ++i)
-      if (expected[i] != state_->levels[i].usage.load()) throw std::logic_error("quota_adaptor: usage != own + children");
+    book().check(own);
 #endif
     this->check_upstream_invariants();
   }
@@ -228,21 +228,9 @@ class quota_adaptor : public detail::adaptor::adaptor_base<quota_adaptor<Upstrea
     tenant owner;
     std::size_t bytes;
   };
-  // One cache line per tenant. usage <= hard whenever hard was not lowered below it;
-  // usage <= peak.
-  struct alignas(64) quota_level {
-    std::atomic<std::size_t> usage{0};
-    std::atomic<std::size_t> peak{0};
-    std::atomic<std::size_t> hard{unlimited};
-    std::atomic<std::size_t> soft{unlimited};
-    std::atomic<std::size_t> refusals{0};
-  };
   struct state {
-    explicit state(std::shared_ptr<const tenant_registry> r) : registry(std::move(r)) {
-      if (!registry) detail::throw_invalid_argument("quota_adaptor", "null tenant registry");
-    }
-    std::shared_ptr<const tenant_registry> registry;
-    std::array<quota_level, max_tenants> levels{};
+    explicit state(typename Book::argument b) : book(std::move(b)) {}
+    Book book;
     detail::adaptor::adaptor_pointer_map<record> pointers;
     std::atomic<std::size_t> live{0};  // == sum of recorded bytes
     std::atomic<std::size_t> peak_live{0};
@@ -252,13 +240,11 @@ class quota_adaptor : public detail::adaptor::adaptor_base<quota_adaptor<Upstrea
     std::mutex callback_mutex;
     soft_limit_callback callback;
   };
-  // t and its ancestors, innermost first. Depth is bounded by max_tenants (parents have
-  // smaller ids), and soft-limit crossings are kept in a 64-bit mask, so deeper levels than
-  // 64 are accounted but do not report crossings.
-  struct chain {
-    std::array<std::uint32_t, max_tenants> ids;
-    std::size_t size = 0;
-  };
+
+  static typename Book::argument default_book() {
+    if constexpr (std::is_same_v<Book, detail::adaptor::local_book>) return tenant_registry::global();
+    else return typename Book::argument{};
+  }
 
   static void raise(std::atomic<std::size_t>& peak, std::size_t v) noexcept {
     std::size_t p = peak.load(std::memory_order_relaxed);
@@ -267,64 +253,35 @@ class quota_adaptor : public detail::adaptor::adaptor_base<quota_adaptor<Upstrea
   }
 
   tenant checked(tenant t) const {
-    if (!state_->registry->contains(t)) detail::throw_invalid_argument(name(), "unknown tenant");
+    if (!book().contains(t)) detail::throw_invalid_argument(name(), "unknown tenant");
     return t;
   }
-  quota_level& level(tenant t) const noexcept { return state_->levels[t.id]; }
 
-  chain chain_of(tenant t) const noexcept {
-    chain c;
-    c.ids[c.size++] = t.id;
-    for (tenant p; state_->registry->parent(t, p); t = p) c.ids[c.size++] = p.id;
-    return c;
+  [[noreturn, gnu::cold]] void refuse(stream_ref s, std::size_t bytes, tenant requester,
+                                      const detail::adaptor::charge_result& c) {
+    state_->ooms.fetch_add(1, std::memory_order_relaxed);
+    observer_.on_out_of_memory(bytes, s, vram::stats{});
+    detail::throw_quota_exceeded(name(), bytes, s, requester, c.limited, book().name(c.limited), c.limit, c.usage);
   }
 
-  /// Reserves `bytes` on every level of c or on none; returns the soft-crossing mask.
-  std::uint64_t reserve(const chain& c, tenant requester, std::size_t bytes, stream_ref s) {
-    std::uint64_t crossed = 0;
-    for (std::size_t i = 0; i < c.size; ++i) {
-      quota_level& q = state_->levels[c.ids[i]];
-      std::size_t cur = q.usage.load(std::memory_order_relaxed);
-      for (;;) {
-        std::size_t limit = q.hard.load(std::memory_order_relaxed);
-        if (cur > limit || bytes > limit - cur) [[unlikely]] {
-          unreserve(c, i, bytes);
-          q.refusals.fetch_add(1, std::memory_order_relaxed);
-          state_->ooms.fetch_add(1, std::memory_order_relaxed);
-          observer_.on_out_of_memory(bytes, s, vram::stats{});
-          tenant limited{c.ids[i]};
-          detail::throw_quota_exceeded(name(), bytes, s, requester, limited, state_->registry->name(limited), limit,
-                                       cur);
-        }
-        if (q.usage.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed)) break;
-      }
-      raise(q.peak, cur + bytes);
-      std::size_t soft = q.soft.load(std::memory_order_relaxed);
-      if (i < 64 && cur <= soft && cur + bytes > soft) crossed |= std::uint64_t{1} << i;
-    }
-    return crossed;
-  }
-
-  /// Gives back `bytes` on the first n levels of c.
-  void unreserve(const chain& c, std::size_t n, std::size_t bytes) noexcept {
-    for (std::size_t i = 0; i < n; ++i) state_->levels[c.ids[i]].usage.fetch_sub(bytes, std::memory_order_relaxed);
-  }
-
-  void fire_soft_callbacks(const chain& c, std::uint64_t crossed) {
+  /// Runs the soft-limit callback for each level of t's chain whose bit is set in `crossed`.
+  void fire_soft_callbacks(tenant t, std::uint64_t crossed) {
     soft_limit_callback cb;
     {
       std::lock_guard lock(state_->callback_mutex);
       cb = state_->callback;
     }
     if (!cb) return;
-    for (std::size_t i = 0; i < c.size && i < 64; ++i) {
-      if ((crossed >> i & 1) == 0) continue;
-      quota_level& q = state_->levels[c.ids[i]];
-      try {
-        cb(tenant{c.ids[i]}, q.soft.load(std::memory_order_relaxed), q.usage.load(std::memory_order_relaxed));
-      } catch (...) {  // the allocation succeeded; a failing notification must not leak it
+    std::size_t i = 0;
+    book().for_each_level(t, [&](tenant level) {
+      if (i < 64 && (crossed >> i & 1) != 0) {
+        try {
+          cb(level, book().soft_limit(level), book().usage(level));
+        } catch (...) {  // the allocation succeeded; a failing notification must not leak it
+        }
       }
-    }
+      ++i;
+    });
   }
 
   [[no_unique_address]] Observer observer_;

@@ -6,6 +6,7 @@
 //                              <- vram::quota_exceeded    (a tenant's hard limit: tenant, limit, usage)
 //                              <- vram::budgets_exhausted (budget_slab: device and spill budgets full)
 //   std::runtime_error    <- vram::cuda_error        (a CUDA call failed: the cudaError_t)
+//                         <- vram::ledger_error      (a quota ledger cannot be created, attached or used)
 //   std::invalid_argument <- vram::invalid_argument  (bad alignment, absurd size, ...)
 //                              <- vram::wrong_device      (a device's resource used on another device)
 //
@@ -141,6 +142,32 @@ class cuda_error : public std::runtime_error {
 
  private:
   int code_;
+};
+
+/// Thrown when a quota ledger (vram/adaptor/quota_ledger.hpp) cannot be created, attached or
+/// used. The reason says what to fix; what() names the ledger's path.
+class ledger_error : public std::runtime_error {
+ public:
+  enum class reason {
+    not_found,       // no ledger at the path
+    exists,          // create: a ledger (or something else) is already there
+    permission,      // the files' modes refuse this access
+    foreign,         // not a vram ledger (wrong magic, type or size)
+    version,         // a vram ledger of another layout version
+    truncated,       // shorter than its layout
+    corrupted,       // checksum, tenant tree or usage totals do not hold
+    mismatched,      // its two files belong to different ledgers
+    full,            // no free tenant or process slot
+    unknown_tenant,  // no tenant at that path
+    read_only,       // the change needs access this handle does not have
+    forked,          // used in a child of fork() through the parent's handle
+    system,          // the operating system refused (errno in the message)
+  };
+  ledger_error(reason r, const std::string& message) : std::runtime_error(message), reason_(r) {}
+  [[nodiscard]] reason why() const noexcept { return reason_; }
+
+ private:
+  reason reason_;
 };
 
 /// Thrown for requests that can never succeed: alignment not a power of two or too large,

@@ -49,6 +49,11 @@ namespace vram::detail {
   throw cuda_error(code, message);
 }
 
+[[noreturn, gnu::cold, gnu::noinline]] inline void throw_ledger_error(ledger_error::reason r, const std::string& path,
+                                                                    const std::string& what) {
+  throw ledger_error(r, "vram: quota ledger " + path + ": " + what);
+}
+
 /// A CUDA operation was asked of a build without CUDA.
 [[noreturn, gnu::cold, gnu::noinline]] inline void throw_no_cuda(const char* what) {
   throw cuda_error(35 /* cudaErrorInsufficientDriver */, std::string("vram: ") + what + ": built without CUDA");
