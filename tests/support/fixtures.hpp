@@ -7,6 +7,7 @@
 #include <ostream>
 #include <tuple>
 
+#include <vram/adaptor/ledger_quota_adaptor.hpp>
 #include <vram/adaptor/logging_adaptor.hpp>
 #include <vram/adaptor/quota_adaptor.hpp>
 #include <vram/adaptor/retry_adaptor.hpp>
@@ -18,6 +19,8 @@
 #include <vram/adaptor/fault_injection_adaptor.hpp>
 #include <vram/source/host_source.hpp>
 #include <vram/source/simulated_device_source.hpp>
+
+#include "support/scratch_ledger.hpp"
 
 namespace vram::test {
 
@@ -95,6 +98,19 @@ struct quota_adaptor_fixture {
   }
 };
 
+// Each resource charges a ledger of its own (in /dev/shm, removed at once: the handles keep
+// its files mapped).
+struct ledger_quota_adaptor_fixture {
+  static constexpr const char* name = "ledger_quota_adaptor<host_source>";
+  static constexpr bool host_accessible = true;
+  static ledger_quota_adaptor<host_source> make() {
+    scratch_ledger ledger;
+    tenant t = ledger.admin().add_tenant("conformance/case");
+    ledger.admin().set_hard_limit(ledger.admin().at("conformance"), std::size_t{1} << 40);
+    return ledger_quota_adaptor<host_source>(host_source{}, {ledger.attach(), t});
+  }
+};
+
 struct tracker_adaptor_fixture {
   static constexpr const char* name = "tracker_adaptor<host_source>";
   static constexpr bool host_accessible = true;
@@ -134,7 +150,8 @@ struct fault_injection_adaptor_fixture {
 using host_fixtures = std::tuple<host_source_fixture, simulated_device_fixture, simulated_contiguous_fixture,
                                  stream_pool_host_fixture, stream_pool_contiguous_fixture,
                                  activation_arena_fixture, budget_slab_fixture, statistics_adaptor_fixture,
-                                 quota_adaptor_fixture, tracker_adaptor_fixture, retry_adaptor_fixture,
+                                 quota_adaptor_fixture, ledger_quota_adaptor_fixture, tracker_adaptor_fixture,
+                                  retry_adaptor_fixture,
                                  logging_adaptor_fixture, fault_injection_adaptor_fixture>;
 
 }  // namespace vram::test
