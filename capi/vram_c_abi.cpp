@@ -5,7 +5,9 @@
 //   tracker_adaptor            who holds what (vram_snapshot)
 //     quota_adaptor            tenant quotas (VRAM_TENANT, VRAM_TENANT_QUOTA, vram_set_tenant_quota)
 //       resource_ref<>         -> the allocator (stream_pool | budget_slab | the source itself)
-//                                   over the source (cuda_device_source | simulated | host)
+//                                   over the source (cuda_device_source | simulated | host),
+//                                   charged to a quota ledger when VRAM_LEDGER names one
+//                                   (ledger_quota_adaptor between the allocator and the source)
 //
 // plus, beside the stack, a table of live pointers (size, extra streams) that serves CuPy's
 // size-less free, record_stream, and the memory-fraction cap. No exception crosses the C
@@ -34,6 +36,7 @@
 
 #include <unistd.h>
 
+#include <vram/adaptor/ledger_quota_adaptor.hpp>
 #include <vram/adaptor/quota_adaptor.hpp>
 #include <vram/core/error.hpp>
 #include <vram/adaptor/tracker_adaptor.hpp>
@@ -81,6 +84,8 @@ struct config {
   std::size_t device_budget = 0;  // slab budget; simulated capacity
   std::string tenant_name;        // empty: the default tenant
   std::size_t tenant_quota = 0;   // 0: none
+  std::string ledger;             // quota ledger name ("%d": the device id); empty: none
+  std::string ledger_tenant;      // the tenant path this process charges in it
   int device_count = 8;           // host / simulated
 };
 
@@ -155,6 +160,10 @@ config read_config() {
     if (c.device_count < 1 || c.device_count > max_devices)
       detail::throw_invalid_argument("vram_c", "VRAM_DEVICE_COUNT must be 1..64");
   }
+  if (const char* v = env("VRAM_LEDGER")) c.ledger = v;
+  if (const char* v = env("VRAM_LEDGER_TENANT")) c.ledger_tenant = v;
+  if (c.ledger.empty() != c.ledger_tenant.empty())
+    detail::throw_invalid_argument("vram_c", "VRAM_LEDGER and VRAM_LEDGER_TENANT go together");
   if (c.allocator == allocator_kind::slab && c.device_budget == 0)
     detail::throw_invalid_argument("vram_c", "VRAM_ALLOCATOR=slab needs VRAM_DEVICE_BUDGET");
   return c;
@@ -230,6 +239,24 @@ core make_allocator(const config& cfg, Source source, Spill spill) {
   detail::throw_invalid_argument("vram_c", "unknown allocator");
 }
 
+/// The device's ledger (VRAM_LEDGER with "%d" replaced by the device id), attached to
+/// charge; none when VRAM_LEDGER is unset.
+ledger_tenant attach_ledger(const config& cfg, int device) {
+  if (cfg.ledger.empty()) return {};
+  std::string name = cfg.ledger;
+  if (std::size_t at = name.find("%d"); at != std::string::npos) name.replace(at, 2, std::to_string(device));
+  auto ledger = quota_ledger::attach(name, ledger_access::charge);
+  return {ledger, ledger->at(cfg.ledger_tenant)};
+}
+
+/// The allocator over `source`, charged to `ledger` when there is one: the ledger then counts
+/// what the process holds from the device, cached free bytes included.
+template <class Source, class Spill>
+core make_charged_allocator(const config& cfg, const ledger_tenant& ledger, Source source, Spill spill) {
+  if (!ledger.ledger) return make_allocator(cfg, std::move(source), std::move(spill));
+  return make_allocator(cfg, ledger_quota_adaptor<Source>(std::move(source), ledger), std::move(spill));
+}
+
 std::size_t host_memory_bytes() noexcept {
   long pages = sysconf(_SC_PHYS_PAGES);
   long page = sysconf(_SC_PAGESIZE);
@@ -244,8 +271,8 @@ struct live_entry {
 };
 
 struct device_state {
-  device_state(int id, const config& c, core k, std::size_t cap)
-      : device(id), cfg(c), base(std::move(k)), capacity(cap),
+  device_state(int id, const config& c, ledger_tenant l, core k, std::size_t cap)
+      : device(id), cfg(c), ledger(std::move(l)), base(std::move(k)), capacity(cap),
         top(quota_adaptor<resource_ref<>>(base.ref), tracker_options{.device = id}) {
     if (!cfg.tenant_name.empty() || cfg.tenant_quota != 0) {
       configured_tenant = tenant_named(cfg.tenant_name);
@@ -255,6 +282,7 @@ struct device_state {
 
   int device;
   config cfg;
+  ledger_tenant ledger;  // no ledger when VRAM_LEDGER is unset
   core base;
   std::size_t capacity;  // bytes of the device (for the memory fraction)
   stack top;
@@ -308,8 +336,9 @@ device_state* create_device(int device) {
     detail::cuda_device_guard guard(device);
     std::size_t free_bytes = 0, total = 0;
     detail::check_cuda(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
-    core k = make_allocator(cfg, cuda_device_source(device), cuda_pinned_source{});
-    return new device_state(device, cfg, std::move(k), total);
+    ledger_tenant ledger = attach_ledger(cfg, device);
+    core k = make_charged_allocator(cfg, ledger, cuda_device_source(device), cuda_pinned_source{});
+    return new device_state(device, cfg, std::move(ledger), std::move(k), total);
   }
 #endif
   if (device >= cfg.device_count) detail::throw_invalid_argument("vram_c", "device id beyond VRAM_DEVICE_COUNT");
@@ -318,12 +347,14 @@ device_state* create_device(int device) {
                                ? cfg.device_budget
                                : std::size_t{80} << 30;
     simulated_device_source src(simulated_device_options{.capacity = capacity});
-    core k = make_allocator(cfg, src, host_source{});
-    return new device_state(device, cfg, std::move(k), capacity);
+    ledger_tenant ledger = attach_ledger(cfg, device);
+    core k = make_charged_allocator(cfg, ledger, src, host_source{});
+    return new device_state(device, cfg, std::move(ledger), std::move(k), capacity);
   }
   std::size_t capacity = cfg.device_budget != 0 ? cfg.device_budget : host_memory_bytes();
-  core k = make_allocator(cfg, host_source{}, host_source{});
-  return new device_state(device, cfg, std::move(k), capacity);
+  ledger_tenant ledger = attach_ledger(cfg, device);
+  core k = make_charged_allocator(cfg, ledger, host_source{}, host_source{});
+  return new device_state(device, cfg, std::move(ledger), std::move(k), capacity);
 }
 
 /// The device's state, created on first use. Throws (caught by the entry points).
@@ -355,6 +386,22 @@ auto on_device(device_state& d, F&& f) {
   }
 #endif
   return f();
+}
+
+/// `message`, and where a ledger refused the allocator's growth, which of its tenants did.
+std::string with_ledger(const device_state& d, const char* message, std::size_t size) {
+  std::string m = message;
+  if (!d.ledger.ledger) return m;
+  const quota_ledger& l = *d.ledger.ledger;
+  for (tenant t = d.ledger.t;;) {
+    std::size_t usage = l.usage(t), hard = l.hard_limit(t);
+    if (hard != quota_ledger::unlimited && usage + size > hard) {
+      m += "; quota ledger " + l.path() + ": tenant '" + l.path_of(t) + "' holds " + std::to_string(usage) +
+           " of its " + std::to_string(hard) + " byte hard limit";
+      return m;
+    }
+    if (!l.parent(t, t)) return m;
+  }
 }
 
 void* allocate(int device, std::size_t size, vram_stream_t stream) noexcept {
@@ -394,7 +441,11 @@ void* allocate(int device, std::size_t size, vram_stream_t stream) noexcept {
     return p;
   } catch (const std::bad_alloc& e) {
     d.ooms.fetch_add(1, std::memory_order_relaxed);
-    fail(e.what());
+    try {
+      fail(with_ledger(d, e.what(), size).c_str());
+    } catch (...) {
+      fail(e.what());
+    }
   } catch (const std::exception& e) {
     fail(e.what());
   } catch (...) {

@@ -24,6 +24,12 @@
  *                         (default 80 GiB)
  *     VRAM_TENANT         tenant name that allocations are charged to (default: "default")
  *     VRAM_TENANT_QUOTA   hard limit of that tenant, per device (default: none)
+ *     VRAM_LEDGER         a quota ledger shared by processes (vram-quota create; docs/quotas.md):
+ *                         a name in /dev/shm or a path, "%d" standing for the device id
+ *                         (VRAM_LEDGER=vram-gpu%d). What the process holds from the device
+ *                         (the pool's chunks, cached free bytes included) is charged to it.
+ *     VRAM_LEDGER_TENANT  the tenant path charged in that ledger ("serving/llama"); required
+ *                         with VRAM_LEDGER. An unknown tenant or a refused ledger fails vram_init.
  *     VRAM_DEVICE_COUNT   host/simulated backends: number of fake devices (default 8)
  *   Sizes accept suffixes K, M, G, T (powers of 1024), e.g. VRAM_POOL_MAX=40G.
  * - Streams: on the cuda backend, memory is stream-ordered on the given cudaStream_t (NULL is

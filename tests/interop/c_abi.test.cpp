@@ -13,6 +13,9 @@
 #include <vector>
 
 #include <vram/vram_c.h>
+#include <vram/adaptor/quota_ledger.hpp>
+
+#include "support/scratch_ledger.hpp"
 
 #ifndef VRAM_C_LIBRARY
 #  error "VRAM_C_LIBRARY (the path of libvram_c) is set by capi/CMakeLists.txt"
@@ -82,7 +85,8 @@ abi& lib() {
 // Sets the environment for the next device creation and tears the old ones down.
 void configure(std::initializer_list<std::pair<const char*, const char*>> vars) {
   for (const char* name : {"VRAM_BACKEND", "VRAM_ALLOCATOR", "VRAM_POOL_INITIAL", "VRAM_POOL_MAX", "VRAM_POOL_STEP",
-                           "VRAM_DEVICE_BUDGET", "VRAM_TENANT", "VRAM_TENANT_QUOTA", "VRAM_DEVICE_COUNT"})
+                           "VRAM_DEVICE_BUDGET", "VRAM_TENANT", "VRAM_TENANT_QUOTA", "VRAM_DEVICE_COUNT",
+                           "VRAM_LEDGER", "VRAM_LEDGER_TENANT"})
     unsetenv(name);
   for (auto [name, value] : vars) setenv(name, value, 1);
   lib().shutdown();
@@ -306,4 +310,44 @@ TEST_CASE("C ABI: many threads allocate and free concurrently", "[interop][c_abi
   for (auto& th : threads) th.join();
   CHECK(bad == 0);
   CHECK(stats_of(0).live_allocations == 0);
+}
+
+TEST_CASE("C ABI: two variables join a quota ledger, which charges what the pool holds", "[interop][c_abi]") {
+  vram::test::scratch_ledger ledger({}, "-gpu1");  // what vram-quota create + set would make
+  vram::tenant llama = ledger.admin().add_tenant("serving/llama");
+  vram::tenant serving = ledger.admin().at("serving");
+  ledger.admin().set_hard_limit(serving, std::size_t{4} << 20);
+  std::string name = ledger.name();
+  std::string pattern = name.substr(0, name.size() - 1) + "%d";  // "%d": the device id
+  const int device = 1;
+  configure({{"VRAM_BACKEND", "host"}, {"VRAM_POOL_STEP", "1M"}, {"VRAM_LEDGER", pattern.c_str()},
+             {"VRAM_LEDGER_TENANT", "serving/llama"}});
+  auto& a = lib();
+  void* p = a.malloc_(std::size_t{1} << 20, device, nullptr);
+  REQUIRE(p != nullptr);
+  CHECK(ledger.admin().usage(llama) == stats_of(device).reserved_bytes);  // the pool's chunks, not the request
+  CHECK(ledger.admin().usage(serving) >= std::size_t{1} << 20);
+  REQUIRE(ledger.admin().processes().size() == 1);
+  CHECK(ledger.admin().processes()[0].alive);
+
+  CHECK(a.malloc_(std::size_t{4} << 20, device, nullptr) == nullptr);  // serving's 4 MiB
+  std::string why = a.last_error();
+  INFO(why);
+  CHECK(why.find("quota ledger") != std::string::npos);
+  CHECK(why.find("'serving'") != std::string::npos);
+  CHECK(ledger.admin().usage(serving) <= std::size_t{4} << 20);
+
+  a.free_(p, std::size_t{1} << 20, device, nullptr);
+  CHECK(ledger.admin().usage(llama) == stats_of(device).reserved_bytes);  // cached: still the process's
+  a.empty_cache();
+  CHECK(ledger.admin().usage(llama) == 0);
+  a.shutdown();
+  CHECK(ledger.admin().processes().empty());  // the slot went with the allocator
+
+  configure({{"VRAM_BACKEND", "host"}, {"VRAM_LEDGER", name.c_str()}, {"VRAM_LEDGER_TENANT", "serving/nobody"}});
+  CHECK(a.init(0) == -1);
+  CHECK(std::string(a.last_error()).find("serving/nobody") != std::string::npos);
+  configure({{"VRAM_BACKEND", "host"}, {"VRAM_LEDGER", name.c_str()}});
+  CHECK(a.init(0) == -1);
+  CHECK(std::string(a.last_error()).find("VRAM_LEDGER_TENANT") != std::string::npos);
 }

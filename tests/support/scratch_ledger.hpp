@@ -15,7 +15,9 @@ namespace vram::test {
 
 class scratch_ledger {
  public:
-  explicit scratch_ledger(ledger_options options = {}) : name_(unique_name()) {
+  /// `suffix` ends the name (a test of "%d" in VRAM_LEDGER wants it to end in a device id).
+  explicit scratch_ledger(ledger_options options = {}, const std::string& suffix = "")
+      : name_(unique_name() + suffix) {
     admin_ = quota_ledger::create(name_, options);
   }
   ~scratch_ledger() {

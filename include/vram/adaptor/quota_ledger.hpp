@@ -261,7 +261,6 @@ class quota_ledger {
     std::string command;
     bool alive;            // whether its holder still holds the slot's lock
     bool self;             // this handle's slot
-    std::size_t reserved;  // bytes its allocator holds from the device, as last published
     std::vector<std::pair<tenant, std::size_t>> charged;  // nonzero charges, per tenant
   };
   /// The claimed slots (a consistent view when taken with charge or admin access).
@@ -273,8 +272,7 @@ class quota_ledger {
     for (std::uint32_t i = 0; i < max_processes; ++i) {
       const auto& s = usage_->processes[i];
       if (s.claimed.load(std::memory_order_acquire) != 1) continue;
-      process p{i, s.pid, std::string(s.command, strnlen(s.command, sizeof s.command)), alive(i), i == slot_,
-                s.reserved.load(std::memory_order_relaxed), {}};
+      process p{i, s.pid, std::string(s.command, strnlen(s.command, sizeof s.command)), alive(i), i == slot_, {}};
       const std::uint32_t n = known_.load(std::memory_order_acquire);
       for (std::uint32_t t = 0; t < n; ++t)
         if (std::size_t c = s.charged[t].load(std::memory_order_relaxed)) p.charged.emplace_back(tenant{t}, c);
@@ -290,12 +288,6 @@ class quota_ledger {
     refresh();
     auto guard = lock_charges();
     return reclaim_locked();
-  }
-
-  /// Publishes the bytes this process's allocator holds from the device (cached included),
-  /// for vram-quota to show beside the charges. Charge access; otherwise nothing.
-  void publish_reserved(std::size_t bytes) noexcept {
-    if (slot_ != no_slot && !forked()) slot().reserved.store(bytes, std::memory_order_relaxed);
   }
 
   // ---- charging (charge access) -----------------------------------------------------------
@@ -604,7 +596,6 @@ class quota_ledger {
       if (!detail::ledger::lock_byte(usage_file_.fd(), i)) continue;  // its last holder is still leaving
       s.pid = static_cast<std::int32_t>(::getpid());
       detail::ledger::process_command(s.command);
-      s.reserved.store(0, std::memory_order_relaxed);
       for (auto& c : s.charged) c.store(0, std::memory_order_relaxed);
       s.claimed.store(1, std::memory_order_release);
       slot_ = i;
@@ -629,7 +620,6 @@ class quota_ledger {
       chain ch = chain_of(tenant{t});
       for (std::size_t k = 0; k < ch.size; ++k) subtract(usage_->tenants[ch.ids[k]].usage, c);
     }
-    s.reserved.store(0, std::memory_order_relaxed);
     s.claimed.store(0, std::memory_order_release);
     if (damaged) recompute_locked();
   }

@@ -81,7 +81,7 @@ struct tenant_entry {
 struct limits_file {
   identity id;
   std::atomic<std::uint32_t> tenant_count;  // entries [0, tenant_count) are published
-  std::uint32_t reserved0;
+  std::uint32_t padding;
   pthread_mutex_t admin_mutex;  // serializes tenant creation (robust, process-shared)
   tenant_entry tenants[max_tenants];
 };
@@ -101,7 +101,6 @@ struct process_slot {
   std::atomic<std::uint32_t> claimed;  // 0 free, 1 claimed
   std::int32_t pid;                    // as the process saw itself (for people; liveness is the lock)
   char command[16];                    // its /proc comm, for people
-  std::atomic<std::uint64_t> reserved;  // bytes its allocator holds from the device, as it last published
   std::atomic<std::uint64_t> charged[max_tenants];  // its own charges, per tenant (not ancestors)
 };
 
