@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -40,6 +41,7 @@
 #include <vram/adaptor/quota_adaptor.hpp>
 #include <vram/core/error.hpp>
 #include <vram/adaptor/tracker_adaptor.hpp>
+#include <vram/core/bytes.hpp>
 #include <vram/alloc/budget_slab.hpp>
 #include <vram/alloc/stream_pool.hpp>
 #include <vram/core/event.hpp>
@@ -94,27 +96,11 @@ const char* env(const char* name) noexcept {
   return v != nullptr && *v != '\0' ? v : nullptr;
 }
 
-/// "512", "64K", "40G", "1.5G" (powers of 1024). Throws invalid_argument on anything else.
+/// A size (vram::parse_bytes). Throws invalid_argument, saying `name`, on anything else.
 std::size_t parse_size(const char* name, const char* text) {
-  char* end = nullptr;
-  errno = 0;
-  double value = std::strtod(text, &end);
-  if (end == text || errno != 0 || value < 0) detail::throw_invalid_argument("vram_c", name);
-  double scale = 1;
-  switch (*end) {
-    case '\0': break;
-    case 'k': case 'K': scale = 1024.0; ++end; break;
-    case 'm': case 'M': scale = 1024.0 * 1024; ++end; break;
-    case 'g': case 'G': scale = 1024.0 * 1024 * 1024; ++end; break;
-    case 't': case 'T': scale = 1024.0 * 1024 * 1024 * 1024; ++end; break;
-    default: detail::throw_invalid_argument("vram_c", name);
-  }
-  if (*end == 'i' || *end == 'I') ++end;  // "GiB"
-  if (*end == 'b' || *end == 'B') ++end;
-  if (*end != '\0') detail::throw_invalid_argument("vram_c", name);
-  double bytes = value * scale;
-  if (bytes > static_cast<double>(max_request_bytes)) detail::throw_invalid_argument("vram_c", name);
-  return static_cast<std::size_t>(bytes);
+  std::optional<std::size_t> bytes = parse_bytes(text);
+  if (!bytes) detail::throw_invalid_argument("vram_c", name);
+  return *bytes;
 }
 
 bool cuda_usable() noexcept {

@@ -7,6 +7,7 @@
 // core/
 #include <vram/core/alignment.hpp>
 #include <vram/core/any_resource.hpp>
+#include <vram/core/bytes.hpp>
 #include <vram/core/concepts.hpp>
 #include <vram/core/error.hpp>
 #include <vram/core/error_handler.hpp>
@@ -39,8 +40,10 @@
 
 // adaptor/
 #include <vram/adaptor/fault_injection_adaptor.hpp>
+#include <vram/adaptor/ledger_quota_adaptor.hpp>
 #include <vram/adaptor/logging_adaptor.hpp>
 #include <vram/adaptor/quota_adaptor.hpp>
+#include <vram/adaptor/quota_ledger.hpp>
 #include <vram/adaptor/retry_adaptor.hpp>
 #include <vram/adaptor/statistics_adaptor.hpp>
 #include <vram/adaptor/statistics_observer.hpp>
