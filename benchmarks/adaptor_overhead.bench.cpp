@@ -9,6 +9,8 @@
 //   observer/counting        the free list calling an observer with relaxed atomic counters
 //   statistics_adaptor       counters in total and per tenant
 //   quota_adaptor            hierarchical reservation + per-pointer record (sharded map)
+//   quota_adaptor/ledger     the same adaptor charging a quota ledger in shared memory (two
+//                            levels; the ledger's robust mutex and slot instead of atomics)
 //   tracker_adaptor          per-pointer record with tenant/tag + event ring, one mutex
 //
 // And over the real allocator a user stacks them on: stream_pool<host_source>'s bin path (a
@@ -20,14 +22,21 @@
 //   pool/quota_adaptor              quota_adaptor over the pool, two levels
 //   pool/tracker_adaptor            tracker_adaptor over the pool
 //   pool/statistics+quota+tracker   tracker{quota{statistics{ref(pool)}}}
+//   pool/ledger_quota_adaptor       ledger_quota_adaptor over the pool (charging each request)
+//   pool_over_ledger                the pool over ledger_quota_adaptor over its source, as the C
+//                                   ABI stacks them (charging the pool's chunks, so a pair that
+//                                   the pool serves from its cache never reaches the ledger)
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include <vram/adaptor/ledger_quota_adaptor.hpp>
 #include <vram/adaptor/quota_adaptor.hpp>
 #include <vram/adaptor/statistics_adaptor.hpp>
 #include <vram/adaptor/tracker_adaptor.hpp>
@@ -134,6 +143,26 @@ void quota(benchmark::State& state) {
   vram::tenant_scope scope(model);  // two levels to reserve on
   pair_loop(state, r);
 }
+/// A ledger of this run's own with job -> model, limits far above the loop's needs; its files
+/// are removed at once (the handles keep them mapped).
+struct two_level_ledger {
+  std::string name = "vram-bench-" + std::to_string(::getpid());
+  std::shared_ptr<vram::quota_ledger> admin = vram::quota_ledger::create(name);
+  vram::tenant model = admin->add_tenant("job/model");
+  std::shared_ptr<vram::quota_ledger> process = vram::quota_ledger::attach(name);
+  two_level_ledger() {
+    admin->set_hard_limit(admin->at("job"), std::size_t{1} << 40);
+    admin->set_hard_limit(model, std::size_t{1} << 40);
+    vram::quota_ledger::remove(name);
+  }
+  [[nodiscard]] vram::ledger_tenant account() const { return {process, model}; }
+};
+
+void quota_ledger(benchmark::State& state) {
+  two_level_ledger l;
+  vram::ledger_quota_adaptor<bare_t> r(bare_t{}, l.account());
+  pair_loop(state, r);
+}
 void tracker(benchmark::State& state) {
   vram::tracker_adaptor<bare_t> r;
   pair_loop(state, r);
@@ -188,6 +217,18 @@ void pool_stack(benchmark::State& state) {
   pair_loop(state, r);
 }
 
+void pool_ledger(benchmark::State& state) {
+  pool_t pool;
+  two_level_ledger l;
+  vram::ledger_quota_adaptor r(vram::ref(pool), l.account());
+  pair_loop(state, r);
+}
+void pool_over_ledger(benchmark::State& state) {
+  two_level_ledger l;
+  vram::stream_pool pool(vram::ledger_quota_adaptor<vram::host_source>(vram::host_source{}, l.account()));
+  pair_loop(state, pool);
+}
+
 }  // namespace
 
 BENCHMARK(bare);
@@ -195,11 +236,14 @@ BENCHMARK(observer_none)->Name("observer/none");
 BENCHMARK(observer_counting)->Name("observer/counting");
 BENCHMARK(statistics)->Name("statistics_adaptor");
 BENCHMARK(quota)->Name("quota_adaptor");
+BENCHMARK(quota_ledger)->Name("quota_adaptor/ledger");
 BENCHMARK(tracker)->Name("tracker_adaptor");
 BENCHMARK(pool_bare)->Name("pool/bare");
 BENCHMARK(pool_statistics)->Name("pool/statistics_adaptor");
 BENCHMARK(pool_quota)->Name("pool/quota_adaptor");
 BENCHMARK(pool_tracker)->Name("pool/tracker_adaptor");
 BENCHMARK(pool_stack)->Name("pool/statistics+quota+tracker");
+BENCHMARK(pool_ledger)->Name("pool/ledger_quota_adaptor");
+BENCHMARK(pool_over_ledger)->Name("pool_over_ledger");
 
 BENCHMARK_MAIN();
