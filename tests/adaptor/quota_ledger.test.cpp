@@ -410,12 +410,15 @@ TEST_CASE("threads racing through their own handles never pass a hard limit") {
   });
   std::vector<std::thread> threads;
   std::atomic<std::size_t> refused{0};
+  std::atomic<int> attached{0};
   for (int i = 0; i < 6; ++i)
     threads.emplace_back([&, i] {
       vram::ledger_quota_adaptor<vram::host_source> q(vram::host_source{}, {ledger.attach(), i % 2 ? a : b});
+      attached.fetch_add(1);
+      while (attached.load() < 6) std::this_thread::yield();  // all race at once
       std::vector<void*> live;
-      for (int k = 0; k < 3000; ++k) {
-        if (live.size() > 8 || (k % 3 == 2 && !live.empty())) {
+      for (int k = 0; k < 3000; ++k) {  // up to 20 live: each thread alone would pass the limit
+        if (live.size() >= 20 || (k % 3 == 2 && !live.empty())) {
           q.deallocate_sync(live.back(), 700);
           live.pop_back();
         } else {

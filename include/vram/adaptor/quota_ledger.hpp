@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,8 +24,10 @@
 #include <vram/core/error.hpp>
 #include <vram/core/tenant_id.hpp>
 #include <vram/adaptor/detail/charge_result.hpp>
+#include <vram/adaptor/detail/ledger/files.hpp>
 #include <vram/adaptor/detail/ledger/layout.hpp>
 #include <vram/adaptor/detail/ledger/system.hpp>
+#include <vram/adaptor/detail/ledger/tenant_tree.hpp>
 #include <vram/detail/throw.hpp>
 
 namespace vram {
@@ -69,7 +70,7 @@ class quota_ledger {
   static constexpr std::size_t max_tenants = detail::ledger::max_tenants;
   static constexpr std::size_t max_processes = detail::ledger::max_processes;
   /// The longest name of one tenant level.
-  static constexpr std::size_t max_name = detail::ledger::name_bytes - 1;
+  static constexpr std::size_t max_name = detail::ledger::tenant_tree::max_name;
 
   /// The directory a ledger name stands for: a name with a '/' is a path; any other name
   /// lives in /dev/shm (so "vram-gpu0" is /dev/shm/vram-gpu0).
@@ -95,8 +96,8 @@ class quota_ledger {
                                  path, "creating its directory", errno);
     try {
       const mode_t limits_mode = options.tenants_may_set_limits ? options.mode : (options.mode & ~mode_t{022}) | 0600;
-      write_new<detail::ledger::limits_file>(staging + "/limits", path, limits_mode, id, detail::ledger::limits_magic);
-      write_new<detail::ledger::usage_file>(staging + "/usage", path, options.mode | 0600, id,
+      detail::ledger::write_new<detail::ledger::limits_file>(staging + "/limits", path, limits_mode, id, detail::ledger::limits_magic);
+      detail::ledger::write_new<detail::ledger::usage_file>(staging + "/usage", path, options.mode | 0600, id,
                                             detail::ledger::usage_magic);
       // The directory: searchable by whoever may read either file.
       mode_t dir_mode = 0700 | (options.mode & 044) | ((options.mode & 044) >> 2);
@@ -166,8 +167,8 @@ class quota_ledger {
     });
     refresh();
     std::uint32_t parent = detail::ledger::no_parent;
-    for (std::string_view part : split(tenant_path)) {
-      std::optional<std::uint32_t> child = child_named(parent, part);
+    for (std::string_view part : detail::ledger::tenant_tree::split(tenant_path)) {
+      std::optional<std::uint32_t> child = tree_.child_named(parent, part);
       if (!child) child = append_tenant_locked(parent, part);
       parent = *child;
     }
@@ -176,11 +177,11 @@ class quota_ledger {
 
   /// The tenant at `path`, if there is one.
   [[nodiscard]] std::optional<tenant> find(std::string_view tenant_path) const {
-    if (!valid_path(tenant_path)) return std::nullopt;
+    if (!detail::ledger::tenant_tree::valid_path(tenant_path)) return std::nullopt;
     refresh();
     std::uint32_t at = detail::ledger::no_parent;
-    for (std::string_view part : split(tenant_path)) {
-      std::optional<std::uint32_t> child = child_named(at, part);
+    for (std::string_view part : detail::ledger::tenant_tree::split(tenant_path)) {
+      std::optional<std::uint32_t> child = tree_.child_named(at, part);
       if (!child) return std::nullopt;
       at = *child;
     }
@@ -195,30 +196,22 @@ class quota_ledger {
 
   [[nodiscard]] std::size_t tenant_count() const {
     refresh();
-    return known_.load(std::memory_order_acquire);
+    return tree_.size();
   }
   /// Whether t is a tenant of this ledger.
   [[nodiscard]] bool contains(tenant t) const {
-    if (t.id < known_.load(std::memory_order_acquire)) return true;
+    if (t.id < tree_.size()) return true;
     refresh();
-    return t.id < known_.load(std::memory_order_acquire);
+    return t.id < tree_.size();
   }
   /// The tenant's own name ("?" when unknown); valid as long as this handle.
-  [[nodiscard]] const char* name(tenant t) const noexcept {
-    return t.id < known_.load(std::memory_order_acquire) ? names_[t.id].data() : "?";
-  }
+  [[nodiscard]] const char* name(tenant t) const noexcept { return t.id < tree_.size() ? tree_.name(t.id) : "?"; }
   /// The tenant's path from its root ("job/model/class").
-  [[nodiscard]] std::string path_of(tenant t) const {
-    if (!contains(t)) return "?";
-    std::string p = names_[t.id].data();
-    for (std::uint32_t i = parents_[t.id]; i != detail::ledger::no_parent; i = parents_[i])
-      p = std::string(names_[i].data()) + "/" + p;
-    return p;
-  }
+  [[nodiscard]] std::string path_of(tenant t) const { return contains(t) ? tree_.path_of(t.id) : "?"; }
   /// Sets `out` to t's parent and returns true; false for a root or an unknown tenant.
   [[nodiscard]] bool parent(tenant t, tenant& out) const noexcept {
-    if (t.id >= known_.load(std::memory_order_acquire) || parents_[t.id] == detail::ledger::no_parent) return false;
-    out = tenant{parents_[t.id]};
+    if (t.id >= tree_.size() || tree_.parent(t.id) == detail::ledger::no_parent) return false;
+    out = tenant{tree_.parent(t.id)};
     return true;
   }
 
@@ -273,7 +266,7 @@ class quota_ledger {
       const auto& s = usage_->processes[i];
       if (s.claimed.load(std::memory_order_acquire) != 1) continue;
       process p{i, s.pid, std::string(s.command, strnlen(s.command, sizeof s.command)), alive(i), i == slot_, {}};
-      const std::uint32_t n = known_.load(std::memory_order_acquire);
+      const std::uint32_t n = tree_.size();
       for (std::uint32_t t = 0; t < n; ++t)
         if (std::size_t c = s.charged[t].load(std::memory_order_relaxed)) p.charged.emplace_back(tenant{t}, c);
       out.push_back(std::move(p));
@@ -330,7 +323,7 @@ class quota_ledger {
   /// Returns `bytes` charged to t by this handle. Never fails: a ledger found damaged is
   /// left as it is (its next holder or vram-quota sees it).
   void uncharge(tenant t, std::size_t bytes) noexcept {
-    if (slot_ == no_slot || forked() || t.id >= known_.load(std::memory_order_acquire)) return;
+    if (slot_ == no_slot || forked() || t.id >= tree_.size()) return;
     chain c = chain_of(t);
     try {
       auto guard = lock_charges();
@@ -359,7 +352,6 @@ class quota_ledger {
 
  private:
   static constexpr std::uint32_t no_slot = ~std::uint32_t{0};
-  using name_buffer = std::array<char, detail::ledger::name_bytes>;
   struct chain {
     std::array<std::uint32_t, max_tenants> ids;
     std::size_t size = 0;
@@ -373,8 +365,10 @@ class quota_ledger {
       detail::ledger::fail_errno(errno == ENOENT ? ledger_error::reason::not_found : ledger_error::reason::system,
                                  path_, "cannot open", errno);
     if (!S_ISDIR(dir.st_mode)) detail::throw_ledger_error(ledger_error::reason::foreign, path_, "is not a directory");
-    limits_file_ = open_part<detail::ledger::limits_file>("limits", write_limits, detail::ledger::limits_magic);
-    usage_file_ = open_part<detail::ledger::usage_file>("usage", write_usage, detail::ledger::usage_magic);
+    limits_file_ = detail::ledger::open_part<detail::ledger::limits_file>(path_, "limits", write_limits,
+                                                                          detail::ledger::limits_magic);
+    usage_file_ = detail::ledger::open_part<detail::ledger::usage_file>(path_, "usage", write_usage,
+                                                                        detail::ledger::usage_magic);
     limits_ = limits_file_.as<detail::ledger::limits_file>();
     usage_ = usage_file_.as<detail::ledger::usage_file>();
     if (std::memcmp(limits_->id.ledger_id, usage_->id.ledger_id, sizeof usage_->id.ledger_id) != 0)
@@ -389,133 +383,17 @@ class quota_ledger {
     if (access == ledger_access::charge) claim_slot();
   }
 
-  template <class File>
-  static void write_new(const std::string& file, const std::string& path, mode_t mode, const std::uint64_t (&id)[2],
-                        const char (&magic)[8]) {
-    int fd = ::open(file.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0) detail::ledger::fail_errno(ledger_error::reason::system, path, "creating its files", errno);
-    if (::ftruncate(fd, sizeof(File)) != 0 || ::fchmod(fd, mode) != 0) {
-      int err = errno;
-      ::close(fd);
-      detail::ledger::fail_errno(ledger_error::reason::system, path, "sizing its files", err);
-    }
-    detail::ledger::mapped_file m = detail::ledger::map_file(fd, sizeof(File), true, path);
-    File* f = m.as<File>();  // zero-filled by ftruncate: every counter starts at 0
-    detail::ledger::identity& h = f->id;
-    std::memcpy(h.magic, magic, sizeof h.magic);
-    h.version = detail::ledger::layout_version;
-    h.tenants = detail::ledger::max_tenants;
-    h.processes = detail::ledger::max_processes;
-    h.mutex_bytes = sizeof(pthread_mutex_t);
-    h.file_bytes = sizeof(File);
-    std::memcpy(h.ledger_id, id, sizeof h.ledger_id);
-    h.checksum = h.expected_checksum();
-    if constexpr (std::is_same_v<File, detail::ledger::limits_file>)
-      detail::ledger::init_shared_mutex(&f->admin_mutex, path);
-    else
-      detail::ledger::init_shared_mutex(&f->charge_mutex, path);
-  }
-
-  /// Opens and maps one of the two files after checking everything that can be checked
-  /// before trusting it: a regular file, its magic, its exact size, its layout, its checksum.
-  template <class File>
-  detail::ledger::mapped_file open_part(const char* part, bool writable, const char (&magic)[8]) const {
-    using detail::ledger::identity;
-    using reason = ledger_error::reason;
-    const std::string file = path_ + "/" + part;
-    int fd = ::open(file.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) {
-      int err = errno;
-      if (err == ENOENT) detail::throw_ledger_error(reason::foreign, path_, std::string("has no ") + part + " file");
-      if (err == EACCES || err == EPERM)
-        detail::throw_ledger_error(reason::permission, path_,
-                                   std::string("its ") + part + " file's mode refuses " +
-                                       (writable ? "writing" : "reading") + " to this user");
-      detail::ledger::fail_errno(err == ELOOP ? reason::foreign : reason::system, path_, "opening it", err);
-    }
-    auto refuse = [&](reason r, const std::string& what) {
-      ::close(fd);
-      detail::throw_ledger_error(r, path_, std::string(part) + " file: " + what);
-    };
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) refuse(reason::system, "fstat failed");
-    if (!S_ISREG(st.st_mode)) refuse(reason::foreign, "not a regular file");
-    identity h{};
-    const std::size_t size = static_cast<std::size_t>(st.st_size);
-    if (size < sizeof h.magic) refuse(size == 0 ? reason::truncated : reason::foreign, "too short to be a ledger");
-    if (::pread(fd, &h, size < sizeof h ? size : sizeof h, 0) < static_cast<ssize_t>(sizeof h.magic))
-      refuse(reason::system, "cannot be read");
-    if (std::memcmp(h.magic, magic, sizeof h.magic) != 0) refuse(reason::foreign, "not a vram ledger");
-    if (size < sizeof h) refuse(reason::truncated, "truncated");
-    if (h.checksum != h.expected_checksum()) refuse(reason::corrupted, "its header checksum does not match");
-    if (h.version != detail::ledger::layout_version)
-      refuse(reason::version, "layout version " + std::to_string(h.version) + ", this build reads " +
-                                  std::to_string(detail::ledger::layout_version));
-    if (h.tenants != detail::ledger::max_tenants || h.processes != detail::ledger::max_processes ||
-        h.mutex_bytes != sizeof(pthread_mutex_t) || h.file_bytes != sizeof(File))
-      refuse(reason::foreign, "made by a build with another layout");
-    if (size < sizeof(File)) refuse(reason::truncated, "truncated");
-    if (size > sizeof(File)) refuse(reason::foreign, "longer than its layout");
-    return detail::ledger::map_file(fd, sizeof(File), writable, path_);
-  }
-
-  // ---- tenant tree: a local, validated copy --------------------------------------------
-
-  /// Copies and validates the entries published since the last call. Entries never change
-  /// once published, so each is checked once; names and parents are then read from here.
-  void refresh() const {
-    std::uint32_t count = limits_->tenant_count.load(std::memory_order_acquire);
-    if (count == known_.load(std::memory_order_acquire)) return;
-    std::lock_guard lock(refresh_mutex_);
-    std::uint32_t known = known_.load(std::memory_order_relaxed);
-    if (count > max_tenants || count < known)
-      detail::throw_ledger_error(ledger_error::reason::corrupted, path_, "damaged tenant count");
-    for (std::uint32_t i = known; i < count; ++i) {
-      const auto& e = limits_->tenants[i];
-      name_buffer name{};
-      std::memcpy(name.data(), e.name, name.size());
-      const std::uint32_t parent = e.parent;
-      const bool terminated = std::memchr(name.data(), '\0', name.size()) != nullptr;
-      if (!terminated || name[0] == '\0' || (parent != detail::ledger::no_parent && parent >= i) ||
-          e.check != detail::ledger::tenant_entry::seal(name.data(), parent, i))
-        detail::throw_ledger_error(ledger_error::reason::corrupted, path_, "damaged tenant " + std::to_string(i));
-      names_[i] = name;
-      parents_[i] = parent;
-    }
-    known_.store(count, std::memory_order_release);
-  }
-
-  static bool valid_path(std::string_view p) noexcept {
-    if (p.empty() || p.front() == '/' || p.back() == '/' || p.find("//") != std::string_view::npos) return false;
-    for (std::string_view part : split(p))
-      if (part.size() > max_name) return false;
-    return true;
-  }
+  void refresh() const { tree_.refresh(*limits_, path_); }
   void check_path(std::string_view p) const {
-    if (!valid_path(p))
+    if (!detail::ledger::tenant_tree::valid_path(p))
       detail::throw_ledger_error(ledger_error::reason::unknown_tenant, path_,
                                  "bad tenant path '" + std::string(p) + "' (names of 1 to " +
                                      std::to_string(max_name) + " characters joined by '/')");
   }
-  static std::vector<std::string_view> split(std::string_view p) {
-    std::vector<std::string_view> parts;
-    for (std::size_t at = 0; at <= p.size();) {
-      std::size_t slash = p.find('/', at);
-      if (slash == std::string_view::npos) slash = p.size();
-      parts.push_back(p.substr(at, slash - at));
-      at = slash + 1;
-    }
-    return parts;
-  }
-  std::optional<std::uint32_t> child_named(std::uint32_t parent, std::string_view name) const {
-    const std::uint32_t n = known_.load(std::memory_order_acquire);
-    for (std::uint32_t i = 0; i < n; ++i)
-      if (parents_[i] == parent && name == names_[i].data()) return i;
-    return std::nullopt;
-  }
+
   /// Publishes a new entry (admin mutex held).
   std::uint32_t append_tenant_locked(std::uint32_t parent, std::string_view name) {
-    const std::uint32_t i = known_.load(std::memory_order_relaxed);
+    const std::uint32_t i = tree_.size();
     if (i == max_tenants)
       detail::throw_ledger_error(ledger_error::reason::full, path_,
                                  "no room for another tenant (" + std::to_string(max_tenants) + ")");
@@ -543,7 +421,7 @@ class quota_ledger {
 
   chain chain_of(tenant t) const noexcept {
     chain c;
-    for (std::uint32_t i = t.id; i != detail::ledger::no_parent; i = parents_[i]) c.ids[c.size++] = i;
+    for (std::uint32_t i = t.id; i != detail::ledger::no_parent; i = tree_.parent(i)) c.ids[c.size++] = i;
     return c;
   }
 
@@ -608,7 +486,7 @@ class quota_ledger {
   /// Returns slot i's charges and frees it (charge mutex held).
   void return_slot_locked(std::uint32_t i) const noexcept {
     auto& s = usage_->processes[i];
-    const std::uint32_t n = known_.load(std::memory_order_acquire);
+    const std::uint32_t n = tree_.size();
     bool damaged = false;
     for (std::uint32_t t = 0; t < max_tenants; ++t) {
       std::size_t c = s.charged[t].exchange(0, std::memory_order_relaxed);
@@ -643,9 +521,8 @@ class quota_ledger {
       for (std::uint32_t t = 0; t < max_tenants; ++t) sum[t] += s.charged[t].load(std::memory_order_relaxed);
     }
     // Parents have smaller indexes: one pass from the end carries every subtree upwards.
-    const std::uint32_t n = known_.load(std::memory_order_acquire);
-    for (std::uint32_t t = n; t-- > 0;)
-      if (parents_[t] != detail::ledger::no_parent) sum[parents_[t]] += sum[t];
+    for (std::uint32_t t = tree_.size(); t-- > 0;)
+      if (tree_.parent(t) != detail::ledger::no_parent) sum[tree_.parent(t)] += sum[t];
     return sum;
   }
   void recompute_locked() const noexcept {
@@ -680,10 +557,7 @@ class quota_ledger {
   std::uint32_t slot_ = no_slot;
   std::uint64_t generation_ = 0;
 
-  mutable std::mutex refresh_mutex_;
-  mutable std::atomic<std::uint32_t> known_{0};  // entries [0, known_) are copied and valid
-  mutable std::array<name_buffer, max_tenants> names_{};
-  mutable std::array<std::uint32_t, max_tenants> parents_{};
+  mutable detail::ledger::tenant_tree tree_;  // the validated copy every tenant lookup reads
 };
 
 }  // namespace vram
