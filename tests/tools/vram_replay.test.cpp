@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/run_tool.hpp"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,23 +28,10 @@
 
 namespace {
 
-struct run_result {
-  int status;
-  std::string out;
-};
+using vram::test::run_result;
 
 /// Runs vram-replay with `args`, capturing stdout and stderr.
-run_result run(const std::string& args) {
-  std::string exe = VRAM_REPLAY_EXE;
-  std::string command = "'" + exe + "' " + args + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string out;
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-  int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+run_result run(const std::string& args) { return vram::test::run_tool(VRAM_REPLAY_EXE, args); }
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);

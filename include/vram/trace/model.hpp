@@ -1,0 +1,136 @@
+#pragma once
+// vram::trace::decoder_model: the shape of a decoder-only transformer (GPT-2 style or
+// Llama style), its exact parameter count, and published configurations by name. What
+// vram-fit and the step generator (vram/trace/step.hpp) build a model's memory from.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <vram/detail/throw.hpp>
+
+namespace vram::trace {
+
+enum class mlp_kind : std::uint8_t {
+  gelu,    ///< fc1 (hidden -> ffn), GELU, fc2 (ffn -> hidden): GPT-2
+  swiglu,  ///< gate and up (hidden -> ffn), SiLU(gate) * up, down (ffn -> hidden): Llama
+};
+
+/// A decoder-only transformer. The two families differ in four switches: learned position
+/// embeddings (GPT-2) or rotary ones (Llama, none stored); biases on every linear layer and
+/// norm (GPT-2's LayerNorm) or none (Llama's RMSNorm); the MLP; tied or separate embeddings.
+struct decoder_model {
+  std::string name = "custom";
+  std::uint64_t layers = 0;
+  std::uint64_t hidden = 0;
+  std::uint64_t heads = 0;
+  std::uint64_t kv_heads = 0;  ///< grouped-query attention: fewer key/value heads than heads
+  std::uint64_t ffn = 0;       ///< the MLP's inner width
+  std::uint64_t vocab = 0;
+  std::uint64_t positions = 0;  ///< learned position embeddings (GPT-2: 1024); 0: rotary
+  mlp_kind mlp = mlp_kind::gelu;
+  bool biases = true;           ///< biases on linear layers and norms
+  bool tied_embeddings = true;  ///< the output head reuses the token embedding
+
+  [[nodiscard]] std::uint64_t head_dim() const noexcept { return hidden / heads; }
+  /// Width of the key (and of the value) projection.
+  [[nodiscard]] std::uint64_t kv_width() const noexcept { return kv_heads * head_dim(); }
+
+  /// One parameter tensor: its elements, and whether it is a weight matrix of a linear layer
+  /// (what a quantized base stores in int8 or int4; norms, biases and embeddings stay bf16).
+  struct tensor {
+    std::uint64_t elements;
+    bool matrix;
+  };
+
+  /// The parameter tensors of one layer, in module order: norm, q, k, v, o, norm, the MLP's
+  /// matrices, then the biases (q, k, v, o, the MLP's) where the family has them.
+  [[nodiscard]] std::vector<tensor> layer_tensors() const {
+    const std::uint64_t h = hidden, kv = kv_width(), f = ffn;
+    const std::uint64_t norm = biases ? 2 * h : h;  // LayerNorm: weight and bias; RMSNorm: weight
+    std::vector<tensor> t = {{norm, false}, {h * h, true}, {h * kv, true}, {h * kv, true}, {h * h, true}, {norm, false}};
+    if (mlp == mlp_kind::gelu) t.insert(t.end(), {{h * f, true}, {f * h, true}});
+    else t.insert(t.end(), {{h * f, true}, {h * f, true}, {f * h, true}});
+    if (biases) t.insert(t.end(), {{h, false}, {kv, false}, {kv, false}, {h, false}, {f, false}, {h, false}});
+    return t;
+  }
+  /// The tensors outside the layers, in module order: token embedding, learned positions,
+  /// final norm, output head (when not tied).
+  [[nodiscard]] std::vector<tensor> outer_tensors() const {
+    std::vector<tensor> t = {{vocab * hidden, false}};
+    if (positions != 0) t.push_back({positions * hidden, false});
+    t.push_back({biases ? 2 * hidden : hidden, false});
+    if (!tied_embeddings) t.push_back({vocab * hidden, false});
+    return t;
+  }
+  [[nodiscard]] std::uint64_t layer_parameters() const {
+    std::uint64_t n = 0;
+    for (const tensor& x : layer_tensors()) n += x.elements;
+    return n;
+  }
+  /// Every parameter (GPT-2 small: 124,439,808; Llama-2-7B: 6,738,415,616).
+  [[nodiscard]] std::uint64_t parameters() const {
+    std::uint64_t n = layers * layer_parameters();
+    for (const tensor& x : outer_tensors()) n += x.elements;
+    return n;
+  }
+
+  /// Throws vram::invalid_argument naming the field when the shape is impossible or absurd.
+  void validate() const {
+    auto need = [](bool ok, const std::string& what) {
+      if (!ok) detail::throw_invalid_argument("decoder_model", what.c_str());
+    };
+    constexpr std::uint64_t big = std::uint64_t{1} << 20;  // no published model has a dimension near it
+    need(layers >= 1 && layers <= 4096, "layers must be 1 to 4096 (is " + std::to_string(layers) + ")");
+    need(hidden >= 1 && hidden <= big, "hidden must be 1 to 2^20 (is " + std::to_string(hidden) + ")");
+    need(heads >= 1 && heads <= hidden, "heads must be 1 to hidden (is " + std::to_string(heads) + ")");
+    need(hidden % heads == 0,
+         "heads (" + std::to_string(heads) + ") must divide hidden (" + std::to_string(hidden) + ")");
+    need(kv_heads >= 1 && kv_heads <= heads && heads % kv_heads == 0,
+         "kv_heads (" + std::to_string(kv_heads) + ") must divide heads (" + std::to_string(heads) + ")");
+    need(ffn >= 1 && ffn <= 16 * big, "ffn must be 1 to 2^24 (is " + std::to_string(ffn) + ")");
+    need(vocab >= 1 && vocab <= 16 * big, "vocab must be 1 to 2^24 (is " + std::to_string(vocab) + ")");
+    need(positions <= big, "positions must be at most 2^20 (is " + std::to_string(positions) + ")");
+  }
+};
+
+/// A published configuration, with where its numbers come from.
+struct model_preset {
+  decoder_model model;
+  const char* source;
+};
+
+/// GPT-2 small, medium, large and XL (learned positions, biases, GELU, tied embeddings) and
+/// Llama 2 7B, 13B, 70B and Llama 3 8B (rotary, no biases, SwiGLU, separate head; 70B and
+/// 8B with grouped-query attention), as their published config.json files give them.
+inline const std::vector<model_preset>& model_presets() {
+  auto gpt2 = [](const char* name, std::uint64_t layers, std::uint64_t hidden, std::uint64_t heads) {
+    return decoder_model{name, layers, hidden, heads, heads, 4 * hidden, 50257, 1024, mlp_kind::gelu, true, true};
+  };
+  auto llama = [](const char* name, std::uint64_t layers, std::uint64_t hidden, std::uint64_t heads,
+                  std::uint64_t kv_heads, std::uint64_t ffn, std::uint64_t vocab) {
+    return decoder_model{name, layers, hidden, heads, kv_heads, ffn, vocab, 0, mlp_kind::swiglu, false, false};
+  };
+  static const std::vector<model_preset> presets = {
+      {gpt2("gpt2", 12, 768, 12), "openai-community/gpt2, config.json (n_layer 12, n_embd 768, n_head 12)"},
+      {gpt2("gpt2-medium", 24, 1024, 16), "openai-community/gpt2-medium, config.json (24, 1024, 16)"},
+      {gpt2("gpt2-large", 36, 1280, 20), "openai-community/gpt2-large, config.json (36, 1280, 20)"},
+      {gpt2("gpt2-xl", 48, 1600, 25), "openai-community/gpt2-xl, config.json (48, 1600, 25)"},
+      {llama("llama-2-7b", 32, 4096, 32, 32, 11008, 32000), "meta-llama/Llama-2-7b-hf, config.json"},
+      {llama("llama-2-13b", 40, 5120, 40, 40, 13824, 32000), "meta-llama/Llama-2-13b-hf, config.json"},
+      {llama("llama-2-70b", 80, 8192, 64, 8, 28672, 32000), "meta-llama/Llama-2-70b-hf, config.json"},
+      {llama("llama-3-8b", 32, 4096, 32, 8, 14336, 128256), "meta-llama/Meta-Llama-3-8B, config.json"},
+  };
+  return presets;
+}
+
+/// The preset named `name`, if there is one.
+[[nodiscard]] inline std::optional<decoder_model> find_preset(std::string_view name) {
+  for (const model_preset& p : model_presets())
+    if (p.model.name == name) return p.model;
+  return std::nullopt;
+}
+
+}  // namespace vram::trace

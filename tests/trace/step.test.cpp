@@ -1,0 +1,203 @@
+// The model presets and the step generator (vram/trace/model.hpp, step.hpp): exact parameter
+// counts, each category's bytes from first principles, and every remedy vram-fit offers
+// never raising peak live.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include <vram-fit/remedies.hpp>
+#include <vram/trace/model.hpp>
+#include <vram/trace/step.hpp>
+
+using namespace vram::trace;
+
+namespace {
+
+decoder_model preset(const char* name) {
+  auto m = find_preset(name);
+  REQUIRE(m.has_value());
+  return *m;
+}
+
+/// Every allocation is freed once, after it was made (the replay engine's contract).
+void check_balanced(const step_trace& s) {
+  std::vector<int> state(s.category_of.size(), 0);
+  for (const event& e : s.t.events) {
+    REQUIRE(e.id < state.size());
+    if (e.kind == event::op::alloc) {
+      REQUIRE(state[e.id] == 0);
+      state[e.id] = 1;
+    } else {
+      REQUIRE(state[e.id] == 1);
+      state[e.id] = 2;
+    }
+  }
+  for (int x : state) REQUIRE(x == 2);
+}
+
+}  // namespace
+
+TEST_CASE("presets have their published parameter counts") {
+  // The counts Hugging Face reports for these checkpoints (model.num_parameters()).
+  CHECK(preset("gpt2").parameters() == 124'439'808);
+  CHECK(preset("gpt2-medium").parameters() == 354'823'168);
+  CHECK(preset("gpt2-large").parameters() == 774'030'080);
+  CHECK(preset("gpt2-xl").parameters() == 1'557'611'200);
+  CHECK(preset("llama-2-7b").parameters() == 6'738'415'616);
+  CHECK(preset("llama-2-13b").parameters() == 13'015'864'320);
+  CHECK(preset("llama-2-70b").parameters() == 68'976'648'192);
+  CHECK(preset("llama-3-8b").parameters() == 8'030'261'248);
+  CHECK_FALSE(find_preset("gpt5").has_value());
+}
+
+TEST_CASE("each category holds the bytes the model and the run imply") {
+  const decoder_model m = preset("gpt2");
+  const std::uint64_t p = m.parameters();
+  step_options o;
+  o.batch = 2;
+  o.sequence = 256;
+
+  SECTION("full training, bf16: weights and gradients 2 bytes per parameter, AdamW 8") {
+    auto s = generate_step(m, o);
+    check_balanced(s);
+    auto k = peak_by_category(s);
+    CHECK(k.own_peak[0] == 2 * p);
+    CHECK(k.own_peak[1] == 2 * p);
+    CHECK(k.own_peak[2] == 8 * p);
+    CHECK(k.own_peak[5] == 0);
+  }
+  SECTION("fp32 weights: 4 bytes each; 8-bit AdamW: 2 bytes; SGD: 4 bytes") {
+    o.weights = number_format::fp32;
+    auto k = peak_by_category(generate_step(m, o));
+    CHECK(k.own_peak[0] == 4 * p);
+    CHECK(k.own_peak[1] == 4 * p);
+    o.optimizer = optimizer_kind::adamw_8bit;
+    CHECK(peak_by_category(generate_step(m, o)).own_peak[2] == 2 * p);
+    o.optimizer = optimizer_kind::sgd;
+    CHECK(peak_by_category(generate_step(m, o)).own_peak[2] == 4 * p);
+  }
+  SECTION("LoRA: the frozen base, then fp32 adapters with their gradients and AdamW state") {
+    o.mode = run_mode::lora;
+    o.lora_rank = 8;
+    const std::uint64_t h = m.hidden, adapters = m.layers * 4 * (8 * h + h * 8);
+    auto s = generate_step(m, o);
+    check_balanced(s);
+    auto k = peak_by_category(s);
+    CHECK(k.own_peak[0] == 2 * p + 4 * adapters);
+    CHECK(k.own_peak[1] == 4 * adapters);
+    CHECK(k.own_peak[2] == 8 * adapters);
+  }
+  SECTION("an int8 base: its linear matrices 1 byte per weight, the rest bf16") {
+    o.mode = run_mode::inference;
+    o.weights = number_format::int8;
+    std::uint64_t matrices = 0;
+    for (const auto& t : m.layer_tensors()) matrices += t.matrix ? t.elements : 0;
+    matrices *= m.layers;
+    auto k = peak_by_category(generate_step(m, o));
+    CHECK(k.own_peak[0] == matrices + 2 * (p - matrices));
+    o.weights = number_format::int4;
+    CHECK(peak_by_category(generate_step(m, o)).own_peak[0] == matrices / 2 + 2 * (p - matrices));
+  }
+  SECTION("inference: a KV cache of 2 x layers x sequences x length x kv width") {
+    const decoder_model llama = preset("llama-3-8b");  // grouped-query: 8 of 32 heads
+    o.mode = run_mode::inference;
+    o.batch = 3;
+    o.sequence = 4096;
+    o.kv_cache = number_format::bf16;
+    auto s = generate_step(llama, o);
+    check_balanced(s);
+    auto k = peak_by_category(s);
+    CHECK(k.own_peak[5] == 2 * llama.layers * 3 * 4096 * (8 * 128) * 2);
+    CHECK(k.own_peak[1] == 0);
+    CHECK(k.own_peak[2] == 0);
+    o.kv_cache = number_format::int8;
+    CHECK(peak_by_category(generate_step(llama, o)).own_peak[5] == k.own_peak[5] / 2);
+  }
+  SECTION("gradient accumulation keeps one set of gradients and shrinks activations") {
+    o.batch = 4;
+    auto whole = peak_by_category(generate_step(m, o));
+    o.micro_batch = 1;
+    auto s = generate_step(m, o);
+    check_balanced(s);
+    auto accumulated = peak_by_category(s);
+    CHECK(accumulated.own_peak[1] == 2 * p);
+    CHECK(accumulated.own_peak[3] < whole.own_peak[3]);
+  }
+  SECTION("checkpointing keeps fewer activations, and every k layers keeps more than every layer") {
+    o.checkpoint_every = 0;
+    auto none = peak_by_category(generate_step(m, o)).own_peak[3];
+    o.checkpoint_every = 1;
+    auto s = generate_step(m, o);
+    check_balanced(s);
+    auto every = peak_by_category(s).own_peak[3];
+    o.checkpoint_every = 4;
+    auto s4 = generate_step(m, o);
+    check_balanced(s4);
+    CHECK(every < none);
+    CHECK(peak_by_category(s4).own_peak[3] < none);
+  }
+}
+
+TEST_CASE("no remedy vram-fit offers raises peak live") {
+  struct config {
+    const char* preset;
+    step_options run;
+  };
+  step_options training;
+  training.batch = 4;
+  training.sequence = 512;
+  step_options fp32 = training;
+  fp32.weights = number_format::fp32;
+  fp32.autocast = false;
+  step_options lora = training;
+  lora.mode = run_mode::lora;
+  step_options serving;
+  serving.mode = run_mode::inference;
+  serving.batch = 6;
+  for (const config& c : {config{"gpt2-medium", training}, config{"gpt2", fp32}, config{"llama-2-7b", lora},
+                          config{"llama-3-8b", serving}}) {
+    const decoder_model m = preset(c.preset);
+    const std::uint64_t base = peak_by_category(generate_step(m, c.run)).peak_live;
+    auto remedies = vram_fit::remedies_for(c.run);
+    CHECK(remedies.size() >= 3);
+    for (const auto& r : remedies) {
+      INFO(c.preset << ": " << r.name);
+      CHECK(peak_by_category(generate_step(m, r.run)).peak_live <= base);
+    }
+  }
+}
+
+TEST_CASE("impossible shapes and runs are refused naming the field") {
+  auto refused_with = [](const decoder_model& m, const step_options& o, const char* field) {
+    try {
+      (void)generate_step(m, o);
+      FAIL("accepted");
+    } catch (const vram::invalid_argument& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find(field) != std::string::npos);
+    }
+  };
+  decoder_model m = preset("gpt2");
+  step_options o;
+  m.heads = 7;
+  refused_with(m, o, "heads");
+  m = preset("gpt2");
+  m.layers = 0;
+  refused_with(m, o, "layers");
+  m = preset("llama-2-70b");
+  m.kv_heads = 3;
+  refused_with(m, o, "kv_heads");
+  m = preset("gpt2");
+  m.hidden = std::uint64_t{1} << 40;
+  refused_with(m, o, "hidden");
+  o.sequence = 2048;  // GPT-2 learned 1024 positions
+  refused_with(preset("gpt2"), o, "sequence");
+  o = {};
+  o.weights = number_format::int4;
+  refused_with(preset("gpt2"), o, "weights");
+  o = {};
+  o.batch = 6;
+  o.micro_batch = 4;
+  refused_with(preset("gpt2"), o, "micro_batch");
+}
