@@ -252,22 +252,40 @@ inline void train(step_builder& g, const decoder_model& m, const step_options& o
   const std::size_t outer = o.mode == run_mode::training ? m.outer_tensors().size() : 0;
   const std::size_t per_layer = o.mode == run_mode::training ? m.layer_tensors().size() : 8;
 
+  // Mixed precision (fp32 weights under autocast) follows autocast's rules: the residual
+  // stream stays fp32, norms and the softmax run in fp32, and each matrix product saves the
+  // bf16 copy of its input that autocast made.
+  const bool mixed = o.autocast && o.weights == number_format::fp32;
+  const std::uint64_t r = mixed ? t * h * 4 : a;  // one residual-stream tensor
+  const std::uint64_t probability_bytes = mixed ? score_bytes * 2 : score_bytes;
+  // RMSNorm (the family without biases) as Hugging Face's LlamaRMSNorm computes it, op by op:
+  // x * rsqrt(mean(x^2)) is kept for the product with the weight. LayerNorm is one fused op.
+  const bool rms_norm = !m.biases;
   // The tensors autograd saves in one layer's forward; the last is the layer's output.
   auto layer_forward = [&](std::vector<std::uint64_t>& saved) {
-    saved.push_back(g.alloc(c::activations, a));                      // norm 1 output
-    saved.push_back(g.alloc(c::activations, t * (h + 2 * kv) * ab));  // q, k, v
+    auto save = [&](std::uint64_t bytes) { saved.push_back(g.alloc(c::activations, bytes)); };
+    auto norm = [&] {
+      if (rms_norm) save(r);  // normalized, before the weight
+      if (mixed) save(r);     // the norm's output, fp32
+      save(a);                // ... as the next product's input
+    };
+    norm();
+    save(t * (h + 2 * kv) * ab);       // q, k, v
+    if (m.positions == 0) save(t * (h + kv) * ab);  // q and k after the rotary embedding
     if (o.flash_attention) {
-      saved.push_back(g.alloc(c::activations, micro * m.heads * o.sequence * 4));  // log-sum-exp
+      save(micro * m.heads * o.sequence * 4);  // log-sum-exp
     } else {
       std::uint64_t raw = g.alloc(c::temporaries, score_bytes);  // scores before the softmax
-      saved.push_back(g.alloc(c::activations, score_bytes));     // probabilities
+      save(probability_bytes);                                   // probabilities
+      if (mixed) save(score_bytes);                              // their bf16 copy for the product with v
       g.free(raw);
     }
-    saved.push_back(g.alloc(c::activations, a));  // attention output
-    saved.push_back(g.alloc(c::activations, a));  // residual
-    saved.push_back(g.alloc(c::activations, a));  // norm 2 output
-    for (int i = 0; i < (m.mlp == mlp_kind::swiglu ? 3 : 2); ++i) saved.push_back(g.alloc(c::activations, mlp_bytes));
-    saved.push_back(g.alloc(c::activations, a));  // output: the next layer's input
+    save(a);                           // attention output (the output projection's input)
+    save(r);                           // residual
+    norm();
+    // GELU: fc1 output, its activation. SwiGLU: gate, up, SiLU(gate), their product.
+    for (int i = 0; i < (m.mlp == mlp_kind::swiglu ? 4 : 2); ++i) save(mlp_bytes);
+    save(r);                           // output: the next layer's input
   };
   auto free_all = [&](std::vector<std::uint64_t>& ids) {
     for (auto it = ids.rbegin(); it != ids.rend(); ++it) g.free(*it);
@@ -282,7 +300,7 @@ inline void train(step_builder& g, const decoder_model& m, const step_options& o
         if (mb == 0) grads[i] = g.alloc(c::gradients, bytes_of(grad_format, trained[i]));
       };
       std::uint64_t tokens = g.alloc(c::activations, t * 8);
-      std::uint64_t x = g.alloc(c::activations, a);  // embedding output: layer 0's input
+      std::uint64_t x = g.alloc(c::activations, r);  // embedding output: layer 0's input
       std::vector<std::vector<std::uint64_t>> saved(m.layers);
       std::vector<std::uint64_t> checkpoint(m.layers, 0);  // a segment's output, kept as the next one's input
       for (std::uint64_t l = 0; l < m.layers; ++l) {
