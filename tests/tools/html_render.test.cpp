@@ -1,5 +1,6 @@
-// The HTML report renders in headless Chromium: the page loads without network, and each
-// allocator's line is drawn in the screenshot (its colour's pixels counted, beyond what the
+// The HTML pages render in headless Chromium: vram-replay's report (each allocator's line
+// drawn) and vram-fit's answer (each category's bar drawn). Each page loads without network,
+// and what it draws is counted in the screenshot (its colour's pixels, beyond what the
 // legends hold). The screenshot is kept in the build folder as an artifact. Chromium comes
 // from scripts/setup (Debian's `chromium`), zlib (to read the PNG) too; where either is
 // missing the executable reports itself skipped (exit 77).
@@ -17,8 +18,8 @@
 
 #include "support/prerequisite.hpp"
 
-#ifndef VRAM_REPLAY_EXE
-#error "VRAM_REPLAY_EXE: tools/CMakeLists.txt defines it wherever vram-replay is built"
+#if !defined(VRAM_REPLAY_EXE) || !defined(VRAM_FIT_EXE)
+#error "VRAM_REPLAY_EXE, VRAM_FIT_EXE: tools/CMakeLists.txt defines them wherever the tools are built"
 #endif
 
 #if VRAM_WITH_ZLIB
@@ -82,22 +83,44 @@ std::map<std::uint32_t, std::size_t> colour_counts(const std::string& png) {
   return counts;
 }
 
+/// Renders `html` in headless Chromium at `size` ("1000,2400") and counts the screenshot's colours.
+std::map<std::uint32_t, std::size_t> render(const std::filesystem::path& html, const std::filesystem::path& png,
+                                            const char* size) {
+  std::filesystem::remove(png);
+  std::string command = chromium() + " --headless --no-sandbox --disable-gpu --window-size=" + size + " --screenshot='" +
+                        png.string() + "' 'file://" + html.string() + "' > /dev/null 2>&1";
+  CHECK(std::system(command.c_str()) == 0);
+  REQUIRE(std::filesystem::exists(png));
+  std::ifstream in(png, std::ios::binary);
+  return colour_counts({std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()});
+}
+
 }  // namespace
 
 TEST_CASE("vram-replay --html renders in headless chromium, every allocator's line drawn") {
   namespace fs = std::filesystem;
   fs::path html = fs::absolute("vram_replay_render.html"), png = fs::absolute("vram_replay_report.png");
-  fs::remove(png);
   REQUIRE(std::system((std::string("'") + VRAM_REPLAY_EXE + "' --html '" + html.string() + "' > /dev/null 2>&1").c_str()) == 0);
-  std::string command = chromium() + " --headless --no-sandbox --disable-gpu --window-size=1000,2400 --screenshot='" +
-                        png.string() + "' 'file://" + html.string() + "' > /dev/null 2>&1";
-  CHECK(std::system(command.c_str()) == 0);
-  REQUIRE(fs::exists(png));
-  std::ifstream in(png, std::ios::binary);
-  auto counts = colour_counts({std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()});
+  auto counts = render(html, png, "1000,2400");
   // The first trace's five default allocators, in svg_chart's palette order. The legends'
   // swatches hold about 40 pixels of a colour per chart; a drawn line holds thousands.
   for (std::uint32_t colour : {0x1f77b4u, 0xd62728u, 0x2ca02cu, 0x9467bdu, 0xff7f0eu}) {
+    INFO("colour " << std::hex << colour);
+    CHECK(counts[colour] > 1000);
+  }
+  WARN("screenshot: " << png.string());
+}
+
+TEST_CASE("vram-fit --html renders in headless chromium, what fills the card drawn per allocator") {
+  namespace fs = std::filesystem;
+  fs::path html = fs::absolute("vram_fit_render.html"), png = fs::absolute("vram_fit_answer.png");
+  REQUIRE(std::system((std::string("'") + VRAM_FIT_EXE + "' --preset gpt2-medium --batch 8 --gpu 24 --no-search --html '" +
+                       html.string() + "' > /dev/null 2>&1")
+                          .c_str()) == 0);
+  auto counts = render(html, png, "1000,900");
+  // weights, optimizer, activations, temporaries and what the allocators reserve beyond the
+  // live bytes: four bars of each; a legend's key is 144 pixels.
+  for (std::uint32_t colour : {0x1f77b4u, 0x2ca02cu, 0xd62728u, 0x9467bdu, 0x7f7f7fu}) {
     INFO("colour " << std::hex << colour);
     CHECK(counts[colour] > 1000);
   }
