@@ -156,7 +156,6 @@ class step_builder {
   std::vector<category> category_of_;
 };
 
-
 /// Activations are bf16 under autocast or with 16-bit weights, else fp32: bytes per element.
 inline std::uint64_t activation_bytes(const step_options& o) {
   return o.autocast || o.weights != number_format::fp32 ? 2 : 4;
@@ -320,7 +319,7 @@ inline void train(step_builder& g, const decoder_model& m, const step_options& o
       for (std::size_t i = outer; i-- > 0;) grad(i);  // head, final norm, positions, embedding
       for (std::uint64_t l = m.layers; l-- > 0;) {
         if (k != 0 && segment_end(l)) {  // recompute the segment ending here from its input
-          for (std::uint64_t r = l - l % k; r <= l; ++r) layer_forward(saved[r]);
+          for (std::uint64_t at = l - l % k; at <= l; ++at) layer_forward(saved[at]);
           g.free(checkpoint[l]);  // recomputed: the copy kept by the forward is no longer needed
         }
         for (std::size_t i = per_layer; i-- > 0;) grad(outer + l * per_layer + i);
