@@ -9,19 +9,25 @@ cupy.cuda.memory.CFunctionAllocator calls `malloc(param, size, device)` and
 PyTorch snapshot back through the C API and checks the stand-in for host-blocking calls and
 leaks.
 
-Run: python3 c_abi_client.py LIBVRAM_C_BUILT_AGAINST_THE_STANDIN LIBVRAM_CUDA_STANDIN
+Then it joins a quota ledger as a PyTorch process would, by setting VRAM_LEDGER and
+VRAM_LEDGER_TENANT: the ledger (made with vram-quota) charges what the pool holds from the
+(stand-in) device, refuses past the tenant's limit, and is given back at shutdown.
+
+Run: python3 c_abi_client.py LIBVRAM_C_BUILT_AGAINST_THE_STANDIN LIBVRAM_CUDA_STANDIN VRAM_QUOTA
 (CTest: standin.c_abi_python)."""
 
 import ctypes
+import json
 import os
 import pickle
 import sys
+import subprocess
 import tempfile
 import threading
 
 os.environ["VRAM_BACKEND"] = "cuda"
 os.environ["VRAM_ALLOCATOR"] = "pool"
-for name in ("VRAM_TENANT", "VRAM_TENANT_QUOTA", "VRAM_DEVICE_COUNT"):
+for name in ("VRAM_TENANT", "VRAM_TENANT_QUOTA", "VRAM_DEVICE_COUNT", "VRAM_LEDGER", "VRAM_LEDGER_TENANT"):
     os.environ.pop(name, None)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
@@ -124,6 +130,59 @@ with tempfile.TemporaryDirectory() as d:
 
 vram.empty_cache()
 vram.shutdown()
+
+# ---- a quota ledger, joined by two variables ----------------------------------------------
+quota = sys.argv[3] if len(sys.argv) > 3 else None  # absent where the tools are not built
+ledger = "vram-standin-%d" % os.getpid()
+
+
+def vram_quota(*args):
+    r = subprocess.run([quota, *args], capture_output=True, text=True)
+    check(r.returncode == 0, "vram-quota %s: %s" % (" ".join(args), r.stderr))
+    return r.stdout
+
+
+def usage_of(tenant):
+    listing = json.loads(vram_quota("list", ledger, "--json"))
+    return next(t["usage"] for t in listing["tenants"] if t["tenant"] == tenant), listing["processes"]
+
+
+def join_ledger():
+    """The pool charges the ledger for its chunks, is refused past the limit, gives back."""
+    vram_quota("set", ledger, "serving", "--hard", "8M")
+    vram_quota("set", ledger, "serving/llama")
+    os.environ.update(VRAM_LEDGER=ledger, VRAM_LEDGER_TENANT="serving/llama", VRAM_POOL_STEP="2M")
+    vram.init(0)
+    p = c.vram_malloc(1 << 20, 0, None)
+    check(bool(p), "an allocation within the ledger's limit: " + c.vram_last_error().decode())
+    charged, processes = usage_of("serving/llama")
+    reserved = vram.stats(0)["reserved_bytes"]
+    check(charged == reserved and charged > 0,
+          "the ledger charges what the pool holds from the device: %d vs %d" % (charged, reserved))
+    check(len(processes) == 1 and processes[0]["alive"], "this process holds a slot")
+    check(not c.vram_malloc(8 << 20, 0, None), "refused past serving's 8 MiB")
+    why = c.vram_last_error()
+    check(b"quota ledger" in why and b"'serving'" in why, "the refusal names the ledger's tenant: " + why.decode())
+    c.vram_free(p, 1 << 20, 0, None)
+    check(usage_of("serving/llama")[0] == charged, "a freed block stays cached, and charged")
+    check(cuda.cudaStreamSynchronize(None) == 0, "cudaStreamSynchronize")  # the free's stream is idle
+    vram.empty_cache()
+    check(usage_of("serving")[0] == 0, "emptying the cache gives the charge back")
+    vram.shutdown()
+    check(usage_of("serving")[1] == [], "the slot went with the allocator")
+
+
+if quota is None:
+    print("the quota ledger part needs vram-quota, which this build (VRAM_BUILD_TOOLS=OFF) lacks")
+else:
+    vram_quota("create", ledger)
+    try:
+        join_ledger()
+    finally:
+        for name in ("VRAM_LEDGER", "VRAM_LEDGER_TENANT", "VRAM_POOL_STEP"):
+            os.environ.pop(name, None)
+        vram_quota("remove", ledger)
+
 for s in streams:
     check(cuda.cudaStreamDestroy(s) == 0, "cudaStreamDestroy")
 check(cuda.vram_standin_leaks(1) == leaks_before, "nothing held on the stand-in after shutdown")
