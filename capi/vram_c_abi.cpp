@@ -629,6 +629,18 @@ VRAM_C_API int vram_snapshot(const char* path) {
   });
 }
 
+VRAM_C_API int vram_mark_step(void) {
+  return guarded([&] {
+    int leaks = 0;
+    for (int i = 0; i < max_devices; ++i)
+      if (device_state* d = existing(i)) {
+        (void)d->top.mark_step();
+        leaks += static_cast<int>(d->top.leaks().size());
+      }
+    return leaks;
+  });
+}
+
 VRAM_C_API int vram_set_tenant(const char* name) {
   return guarded([&] {
     if (name == nullptr) {

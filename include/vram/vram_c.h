@@ -107,6 +107,11 @@ VRAM_C_API int vram_stats(int device, vram_stats_t* out);
  * anything else a text report. Device d > 0 writes to `path` with ".dev<d>" before the
  * extension. 0 on success, -1 on error. */
 VRAM_C_API int vram_snapshot(const char* path);
+/* Marks the end of a step (a training or serving iteration) on every device in use: a
+ * summary of the step, and leak detection (a tenant or tag whose live bytes reach a new high
+ * at 8 consecutive marks, by 1 MiB or more; vram_snapshot's text report names them). Returns
+ * the number of suspected leaks, or -1 on error. */
+VRAM_C_API int vram_mark_step(void);
 /* Charges the calling thread's later allocations to tenant `name` (created on first use);
  * NULL restores the default tenant. 0 or -1. */
 VRAM_C_API int vram_set_tenant(const char* name);

@@ -61,6 +61,19 @@ class VramTest(unittest.TestCase):
         self.assertEqual(vram.tenant_usage("model_a", 0), 0)
         vram.set_tenant_quota("model_a", 0, device=0)
 
+    def test_step_marks_find_memory_that_grows_every_step(self):
+        vram.set_tenant("leaky")
+        kept = [self.malloc(512 << 10)]
+        counts = [vram.mark_step()]
+        for _ in range(11):
+            kept.append(self.malloc(512 << 10))
+            counts.append(vram.mark_step())
+        self.assertEqual(counts[:7], [0] * 7)  # fewer than 8 marks of growth
+        self.assertGreaterEqual(counts[-1], 1)
+        for p in kept:
+            self.free(p, 512 << 10)
+        vram.set_tenant(None)
+
     def test_snapshot_is_a_pytorch_memory_snapshot(self):
         p = self.malloc(4096)
         with tempfile.TemporaryDirectory() as d:

@@ -10,7 +10,7 @@ import sys
 
 __all__ = [
     "VramError", "load", "library_path", "stats", "snapshot", "set_tenant", "set_tenant_quota",
-    "tenant_usage", "empty_cache", "set_memory_fraction", "describe", "init", "shutdown",
+    "tenant_usage", "mark_step", "empty_cache", "set_memory_fraction", "describe", "init", "shutdown",
 ]
 
 
@@ -92,6 +92,7 @@ def _declare(lib):
     lib.vram_last_error.argtypes, lib.vram_last_error.restype = [], c.c_char_p
     lib.vram_describe.argtypes, lib.vram_describe.restype = [c.c_int], c.c_char_p
     lib.vram_shutdown.argtypes, lib.vram_shutdown.restype = [], None
+    lib.vram_mark_step.argtypes, lib.vram_mark_step.restype = [], c.c_int
 
 
 def _c():
@@ -141,6 +142,14 @@ def set_tenant_quota(name, limit_bytes, device=0):
 def tenant_usage(name, device=0):
     """Live bytes of tenant `name` on `device`."""
     return _c().vram_tenant_usage(name.encode(), device)
+
+
+def mark_step():
+    """Marks the end of a training or serving step on every device; returns the number of
+    tenants and tags suspected of leaking (live bytes at a new high at 8 consecutive marks)."""
+    n = _c().vram_mark_step()
+    _check(0 if n >= 0 else -1, "vram_mark_step()")
+    return n
 
 
 def empty_cache():

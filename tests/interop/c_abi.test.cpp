@@ -30,6 +30,7 @@ struct abi {
   decltype(&vram_free) free_ = nullptr;
   decltype(&vram_init) init = nullptr;
   decltype(&vram_empty_cache) empty_cache = nullptr;
+  decltype(&vram_mark_step) mark_step = nullptr;
   decltype(&vram_set_memory_fraction) set_memory_fraction = nullptr;
   decltype(&vram_record_stream) record_stream = nullptr;
   decltype(&vram_cupy_malloc) cupy_malloc = nullptr;
@@ -58,6 +59,7 @@ struct abi {
     bind(free_, "vram_free");
     bind(init, "vram_init");
     bind(empty_cache, "vram_empty_cache");
+    bind(mark_step, "vram_mark_step");
     bind(set_memory_fraction, "vram_set_memory_fraction");
     bind(record_stream, "vram_record_stream");
     bind(cupy_malloc, "vram_cupy_malloc");
@@ -350,4 +352,31 @@ TEST_CASE("C ABI: two variables join a quota ledger, which charges what the pool
   configure({{"VRAM_BACKEND", "host"}, {"VRAM_LEDGER", name.c_str()}});
   CHECK(a.init(0) == -1);
   CHECK(std::string(a.last_error()).find("VRAM_LEDGER_TENANT") != std::string::npos);
+}
+
+TEST_CASE("C ABI: step marks find a tenant whose memory grows every step", "[interop][c_abi]") {
+  configure({{"VRAM_BACKEND", "host"}});
+  auto& a = lib();
+  std::vector<void*> kept;
+  REQUIRE(a.set_tenant("leaky") == 0);
+  int leaks = 0;
+  for (int step = 0; step < 12; ++step) {
+    void* scratch = a.malloc_(std::size_t{4} << 20, 0, nullptr);  // freed within the step
+    REQUIRE(scratch != nullptr);
+    kept.push_back(a.malloc_(std::size_t{512} << 10, 0, nullptr));  // never freed
+    a.free_(scratch, std::size_t{4} << 20, 0, nullptr);
+    leaks = a.mark_step();
+    REQUIRE(leaks >= 0);
+    if (step < 7) CHECK(leaks == 0);  // not yet 8 marks of growth
+  }
+  CHECK(leaks >= 1);
+  std::string path = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/vram_c_abi_steps.txt";
+  REQUIRE(a.snapshot(path.c_str()) == 0);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  CHECK(text.str().find("suspected leak: tenant 'leaky'") != std::string::npos);
+  std::remove(path.c_str());
+  for (void* p : kept) a.free_(p, std::size_t{512} << 10, 0, nullptr);
+  a.set_tenant(nullptr);
 }

@@ -124,6 +124,22 @@ class tracker_adaptor : public detail::adaptor::adaptor_base<tracker_adaptor<Ups
     return state_->ring.dropped();
   }
 
+  /// Closes a step (a training or serving iteration): its summary — peak live during it,
+  /// live and reserved at the mark, allocations, live bytes by tenant and tag — and leak
+  /// detection: a tenant or tag whose live bytes at the mark reach a new high at
+  /// options.leak_steps consecutive marks, by options.leak_min_bytes or more, is reported by
+  /// leaks() with its largest allocations since the growth began (tags, and stacks when
+  /// captured). O(live allocations) per mark.
+  step_summary mark_step() {
+    std::size_t reserved = 0;
+    if constexpr (has_stats<Upstream>) reserved = upstream_.stats().reserved_bytes;
+    return state_->mark_step(reserved);
+  }
+  /// The step summaries, oldest first (at most options.step_capacity).
+  [[nodiscard]] std::vector<step_summary> steps() const { return state_->steps_copy(); }
+  /// Suspected leaks as of the last mark, largest growth first; empty when none.
+  [[nodiscard]] std::vector<leak_report> leaks() const { return state_->leaks_copy(); }
+
   /// PyTorch memory snapshot pickle (opens in pytorch.org/memory_viz).
   void write_memory_snapshot(std::ostream& out) const { state_->write_memory_snapshot(out); }
   /// RMM CSV log of the event history, with a Tenant column.

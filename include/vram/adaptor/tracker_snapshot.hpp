@@ -30,6 +30,13 @@ struct tracker_options {
   int device = 0;
   /// Where tenant names and parents come from.
   std::shared_ptr<const tenant_registry> registry = tenant_registry::global();
+  /// Leak detection at step marks (mark_step): a tenant or tag is a suspected leak when its
+  /// live bytes at step end reach a new high at `leak_steps` consecutive marks, having grown by
+  /// at least `leak_min_bytes` over them.
+  std::size_t leak_steps = 8;
+  std::size_t leak_min_bytes = std::size_t{1} << 20;
+  /// Step summaries kept (the newest win).
+  std::size_t step_capacity = 1024;
 };
 
 /// What the tracker records per event (the PyTorch snapshot's device_traces actions).
@@ -95,6 +102,30 @@ struct tracker_snapshot {
   std::vector<tracker_holder> by_tenant;  ///< each tenant's own allocations (not its children's)
   std::vector<tracker_holder> by_tag;
   std::vector<tracked_allocation> largest;  ///< the largest live allocations, largest first
+};
+
+/// One step, as mark_step() closed it.
+struct step_summary {
+  std::size_t step = 0;         ///< 1 for the first mark
+  std::size_t peak_live = 0;    ///< the tracker's live bytes at their highest during the step
+  std::size_t live_at_end = 0;  ///< live bytes at the mark
+  std::size_t reserved = 0;     ///< the upstream's reserved bytes at the mark (0 when it has no stats)
+  std::size_t allocations = 0;  ///< allocations during the step
+  std::vector<tracker_holder> by_tenant;  ///< live at the mark, largest first
+  std::vector<tracker_holder> by_tag;
+};
+
+/// A tenant or tag whose live bytes grow step after step.
+struct leak_report {
+  enum class kind : std::uint8_t { tenant, tag } what = kind::tenant;
+  std::string name;           ///< tenant path, or tag ("" = untagged)
+  std::size_t steps = 0;      ///< consecutive marks at a new high
+  std::size_t first_step = 0; ///< the mark the growth started from
+  std::size_t from_bytes = 0; ///< live at that mark
+  std::size_t to_bytes = 0;   ///< live at the last mark
+  /// Its largest live allocations made since the growth began: their tags and, when
+  /// captured, stacks say where the bytes come from.
+  std::vector<tracked_allocation> sites;
 };
 
 }  // namespace vram

@@ -27,6 +27,7 @@
 #include <vram/adaptor/detail/tracker/export.hpp>
 #include <vram/adaptor/detail/tracker/pending.hpp>
 #include <vram/adaptor/detail/tracker/records.hpp>
+#include <vram/adaptor/detail/tracker/steps.hpp>
 
 namespace vram::detail::tracker {
 
@@ -83,6 +84,7 @@ struct tracker_state {
   // Upstream segments [address, address + size) an allocator reported through its observer
   // hooks (on_grow / on_release). Empty for tracker_adaptor: each allocation is its own segment.
   std::map<std::uintptr_t, std::size_t> segments;
+  step_book steps{options};  // step summaries and suspected leaks, at each mark_step
 
   static std::uint64_t thread_hash() noexcept { return std::hash<std::thread::id>{}(std::this_thread::get_id()); }
 
@@ -125,6 +127,7 @@ struct tracker_state {
     live_bytes += bytes;
     peak_live_bytes = std::max(peak_live_bytes, live_bytes);
     ++allocations;
+    steps.on_allocate(live_bytes);
     if (own_segment) push(tracker_action::segment_alloc, address_of(p), bytes, r.stream, t, r.tag, r.time_us);
     push(tracker_action::alloc, address_of(p), bytes, r.stream, t, r.tag, r.time_us);
   }
@@ -269,6 +272,22 @@ struct tracker_state {
   }
 
   // The readers poll first, so a snapshot shows every completion the streams have reached.
+  /// Closes a step (see step_book); `reserved`: the upstream's reserved bytes now.
+  step_summary mark_step(std::size_t reserved) {
+    std::vector<tracked_allocation> v = live_copy();
+    tracker_snapshot now = summarize(v, *options.registry, 0);
+    std::lock_guard lock(mutex);
+    return steps.mark(now, v, reserved, tracker_now_us(), [&](tenant t) { return tenant_path(*options.registry, t); });
+  }
+  std::vector<step_summary> steps_copy() const {
+    std::lock_guard lock(mutex);
+    return {steps.steps().begin(), steps.steps().end()};
+  }
+  std::vector<leak_report> leaks_copy() const {
+    std::lock_guard lock(mutex);
+    return steps.leaks();
+  }
+
   std::vector<tracked_allocation> live_copy() {
     std::vector<tracked_allocation> v;
     {
@@ -323,6 +342,10 @@ struct tracker_state {
   }
   void write_report(std::ostream& out, std::size_t top) {
     tracker_write_report(out, summarize(live_copy(), *options.registry, top), *options.registry, top);
+    for (const leak_report& l : leaks_copy())
+      out << "suspected leak: " << (l.what == leak_report::kind::tenant ? "tenant '" : "tag '") << l.name << "' grew from "
+          << l.from_bytes << " to " << l.to_bytes << " bytes over " << l.steps << " step marks (since step "
+          << l.first_step << ")\n";
   }
 
   bool dump(const std::string& path) {
