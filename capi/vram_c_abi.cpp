@@ -382,7 +382,7 @@ std::string with_ledger(const device_state& d, const char* message, std::size_t 
   for (tenant t = d.ledger.t;;) {
     std::size_t usage = l.usage(t), hard = l.hard_limit(t);
     if (hard != quota_ledger::unlimited && usage + size > hard) {
-      m += "; quota ledger " + l.path() + ": tenant '" + l.path_of(t) + "' holds " + std::to_string(usage) +
+      m += "\nquota ledger " + l.path() + ": tenant '" + l.path_of(t) + "' holds " + std::to_string(usage) +
            " of its " + std::to_string(hard) + " byte hard limit";
       return m;
     }
@@ -427,8 +427,9 @@ void* allocate(int device, std::size_t size, vram_stream_t stream) noexcept {
     return p;
   } catch (const std::bad_alloc& e) {
     d.ooms.fetch_add(1, std::memory_order_relaxed);
-    try {
-      fail(with_ledger(d, e.what(), size).c_str());
+    try {  // vram's errors explain themselves: the cause and what would have served the request
+      const auto* oom = dynamic_cast<const out_of_memory*>(&e);
+      fail(with_ledger(d, oom != nullptr ? oom->explain().c_str() : e.what(), size).c_str());
     } catch (...) {
       fail(e.what());
     }

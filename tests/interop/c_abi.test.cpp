@@ -253,6 +253,7 @@ TEST_CASE("C ABI: tenant quotas and a snapshot of who holds memory", "[interop][
   CHECK(a.tenant_usage("trainer", 0) >= std::size_t{600} << 10);
   CHECK(a.malloc_(std::size_t{600} << 10, 0, nullptr) == nullptr);  // over trainer's 1 MiB
   CHECK(std::string(a.last_error()).find("trainer") != std::string::npos);
+  CHECK(std::string(a.last_error()).find("cause: tenant 'trainer'") != std::string::npos);  // explain()
 
   REQUIRE(a.set_tenant("eval") == 0);  // this thread now allocates for "eval"
   REQUIRE(a.set_tenant_quota("eval", std::size_t{64} << 10, 0) == 0);

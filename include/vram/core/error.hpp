@@ -13,6 +13,7 @@
 // Every one is thrown through vram/detail/throw.hpp; none allocates on the out-of-memory path.
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <new>
 #include <stdexcept>
@@ -34,7 +35,7 @@ class out_of_memory : public std::bad_alloc {
   /// (a literal), so the message says which cap refused.
   out_of_memory(const char* resource, std::size_t bytes, stream_ref stream, const vram::stats& snapshot = {},
                 std::size_t limit = 0, const char* limit_name = "limit") noexcept
-      : resource_(resource), bytes_(bytes), stream_(stream), stats_(snapshot), limit_(limit) {
+      : resource_(resource), bytes_(bytes), stream_(stream), stats_(snapshot), limit_(limit), limit_name_(limit_name) {
     if (limit != 0)
       std::snprintf(message_, sizeof message_,
                     "vram: out of memory in %s: %zu bytes requested (%zu live, %zu reserved; its %s is %zu bytes)",
@@ -54,6 +55,60 @@ class out_of_memory : public std::bad_alloc {
   /// The configured cap that refused (0: none; the upstream ran out).
   [[nodiscard]] std::size_t limit() const noexcept { return limit_; }
 
+  /// What ran out, read off the numbers the resource gave.
+  enum class reason : std::uint8_t {
+    exhausted,   ///< no free memory inside the resource would hold the request, and its upstream had none
+    fragmented,  ///< its free bytes would hold the request, but no free block is large enough
+    capped,      ///< its configured cap (limit()) left less room than the request
+    quota,       ///< a tenant's hard limit (quota_exceeded)
+    budgets,     ///< budget_slab's device and spill budgets (budgets_exhausted)
+  };
+  [[nodiscard]] virtual reason cause() const noexcept {
+    if (limit_ != 0) return reason::capped;
+    if (stats_.free_bytes >= bytes_ && stats_.largest_free_block < bytes_) return reason::fragmented;
+    return reason::exhausted;
+  }
+
+  /// For people: what was asked, what the resource held (live, reserved, free inside it and
+  /// its largest free block), the cause, and what would have served the request. Allocates
+  /// (what() does not); the C ABI returns it as vram_last_error().
+  [[nodiscard]] virtual std::string explain() const {
+    std::string s = std::string("vram: out of memory in ") + resource_ + ": " + people(bytes_) + " requested; " +
+                    people(stats_.live_bytes) + " live, " + people(stats_.reserved_bytes) + " reserved, " +
+                    people(stats_.free_bytes) + " free inside it";
+    if (stats_.free_bytes != 0)
+      s += " in " + std::to_string(stats_.free_blocks) + " blocks, the largest " + people(stats_.largest_free_block);
+    s += ".\n";
+    switch (cause()) {
+      case reason::capped:
+        s += std::string("cause: its ") + limit_name_ + " (" + people(limit_) + ") leaves less room than the request.\n" +
+             "would serve it: a larger " + limit_name_ + ", or freeing " + people(bytes_) + " of what it holds.";
+        break;
+      case reason::fragmented:
+        s += "cause: fragmentation: its free bytes would hold the request, but no free block is large enough.\n"
+             "would serve it: a pool over a contiguous upstream (cuda_vmm_source), whose free ranges merge; or freeing "
+             "the small blocks between the free ones (then release() and allocate again).";
+        break;
+      default:
+        s += "cause: exhaustion: nothing free inside it holds the request, and its upstream (the device) has no more.\n"
+             "would serve it: freeing live memory (the tracker names who holds it), a smaller request, or a larger "
+             "device.";
+        break;
+    }
+    return s;
+  }
+
+  /// "1.50 GiB", "512 B": bytes for people.
+  [[nodiscard]] static std::string people(std::size_t bytes) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = static_cast<double>(bytes);
+    int u = 0;
+    while (v >= 1024 && u < 5) v /= 1024, ++u;
+    char buf[32];
+    std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
+    return buf;
+  }
+
  protected:
   char message_[256];  // protected: derived errors format their own message
 
@@ -63,6 +118,7 @@ class out_of_memory : public std::bad_alloc {
   stream_ref stream_;
   vram::stats stats_;
   std::size_t limit_;
+  const char* limit_name_;
 };
 
 /// Thrown before the upstream is touched: granting `bytes` to `requester` would take
@@ -93,6 +149,15 @@ class quota_exceeded : public out_of_memory {
   /// The limited tenant's usage when the request was refused (without the request).
   [[nodiscard]] std::size_t usage() const noexcept { return usage_; }
 
+  [[nodiscard]] reason cause() const noexcept override { return reason::quota; }
+  [[nodiscard]] std::string explain() const override {
+    return std::string("vram: out of memory (quota exceeded) in ") + resource() + ": " + people(bytes()) +
+           " requested by tenant id " + std::to_string(requester_.id) + ".\ncause: tenant '" + tenant_name_ + "' (id " +
+           std::to_string(limited_.id) + ") uses " + people(usage_) + " of its " + people(limit_) +
+           " hard limit.\nwould serve it: a hard limit of at least " + people(usage_ + bytes()) + ", or freeing " +
+           people(usage_ + bytes() - limit_) + " of what '" + tenant_name_ + "' holds.";
+  }
+
  private:
   tenant requester_;
   tenant limited_;
@@ -120,6 +185,11 @@ class budgets_exhausted : public out_of_memory {
                     "vram: out of memory in %s: %zu bytes requested; device budget %zu bytes (%zu live) and "
                     "spill budget %zu bytes (%zu spilled) are both exhausted",
                     resource, bytes, device_budget, device_live, spill_budget, snapshot.spilled_bytes);
+  }
+  [[nodiscard]] reason cause() const noexcept override { return reason::budgets; }
+  [[nodiscard]] std::string explain() const override {
+    return std::string(what()) + ".\ncause: both budgets are full.\nwould serve it: a larger spill budget, or freeing "
+                                 "device or spilled memory.";
   }
   [[nodiscard]] std::size_t device_budget() const noexcept { return device_budget_; }
   /// ~0 when the spill budget is unlimited.
