@@ -62,14 +62,7 @@ std::string json_string(const std::string& s) {
 
 /// A limit for people: "none", or bytes with a binary unit.
 std::string for_people(std::size_t bytes) {
-  if (bytes == vram::quota_ledger::unlimited) return "none";
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) v /= 1024, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
-  return buf;
+  return bytes == vram::quota_ledger::unlimited ? "none" : vram::format_bytes(bytes);
 }
 
 std::string json_limit(std::size_t bytes) {

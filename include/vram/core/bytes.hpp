@@ -1,8 +1,9 @@
 #pragma once
-// vram::parse_bytes: sizes as people write them in configuration ("512", "64K", "40G",
-// "1.5GiB"; powers of 1024), for environment variables and command lines.
+// Sizes for people: vram::parse_bytes reads them as people write them in configuration
+// ("512", "64K", "40G", "1.5GiB"; powers of 1024), vram::format_bytes writes them ("1.50 GiB").
 
 #include <cerrno>
+#include <cstdio>
 #include <cstddef>
 #include <cstdlib>
 #include <optional>
@@ -37,6 +38,17 @@ namespace vram {
   const double bytes = value * scale;
   if (bytes > static_cast<double>(max_request_bytes)) return std::nullopt;
   return static_cast<std::size_t>(bytes);
+}
+
+/// "512 B", "1.50 GiB": bytes with a binary unit, two decimals past bytes.
+[[nodiscard]] inline std::string format_bytes(std::size_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 5) v /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
+  return buf;
 }
 
 }  // namespace vram

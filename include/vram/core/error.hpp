@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 
+#include <vram/core/bytes.hpp>
 #include <vram/core/config.hpp>
 #include <vram/core/stats.hpp>
 #include <vram/core/stream_ref.hpp>
@@ -73,16 +74,16 @@ class out_of_memory : public std::bad_alloc {
   /// its largest free block), the cause, and what would have served the request. Allocates
   /// (what() does not); the C ABI returns it as vram_last_error().
   [[nodiscard]] virtual std::string explain() const {
-    std::string s = std::string("vram: out of memory in ") + resource_ + ": " + people(bytes_) + " requested; " +
-                    people(stats_.live_bytes) + " live, " + people(stats_.reserved_bytes) + " reserved, " +
-                    people(stats_.free_bytes) + " free inside it";
+    std::string s = std::string("vram: out of memory in ") + resource_ + ": " + format_bytes(bytes_) + " requested; " +
+                    format_bytes(stats_.live_bytes) + " live, " + format_bytes(stats_.reserved_bytes) + " reserved, " +
+                    format_bytes(stats_.free_bytes) + " free inside it";
     if (stats_.free_bytes != 0)
-      s += " in " + std::to_string(stats_.free_blocks) + " blocks, the largest " + people(stats_.largest_free_block);
+      s += " in " + std::to_string(stats_.free_blocks) + " blocks, the largest " + format_bytes(stats_.largest_free_block);
     s += ".\n";
     switch (cause()) {
       case reason::capped:
-        s += std::string("cause: its ") + limit_name_ + " (" + people(limit_) + ") leaves less room than the request.\n" +
-             "would serve it: a larger " + limit_name_ + ", or freeing " + people(bytes_) + " of what it holds.";
+        s += std::string("cause: its ") + limit_name_ + " (" + format_bytes(limit_) + ") leaves less room than the request.\n" +
+             "would serve it: a larger " + limit_name_ + ", or freeing " + format_bytes(bytes_) + " of what it holds.";
         break;
       case reason::fragmented:
         s += "cause: fragmentation: its free bytes would hold the request, but no free block is large enough.\n"
@@ -96,17 +97,6 @@ class out_of_memory : public std::bad_alloc {
         break;
     }
     return s;
-  }
-
-  /// "1.50 GiB", "512 B": bytes for people.
-  [[nodiscard]] static std::string people(std::size_t bytes) {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    double v = static_cast<double>(bytes);
-    int u = 0;
-    while (v >= 1024 && u < 5) v /= 1024, ++u;
-    char buf[32];
-    std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
-    return buf;
   }
 
  protected:
@@ -151,11 +141,11 @@ class quota_exceeded : public out_of_memory {
 
   [[nodiscard]] reason cause() const noexcept override { return reason::quota; }
   [[nodiscard]] std::string explain() const override {
-    return std::string("vram: out of memory (quota exceeded) in ") + resource() + ": " + people(bytes()) +
+    return std::string("vram: out of memory (quota exceeded) in ") + resource() + ": " + format_bytes(bytes()) +
            " requested by tenant id " + std::to_string(requester_.id) + ".\ncause: tenant '" + tenant_name_ + "' (id " +
-           std::to_string(limited_.id) + ") uses " + people(usage_) + " of its " + people(limit_) +
-           " hard limit.\nwould serve it: a hard limit of at least " + people(usage_ + bytes()) + ", or freeing " +
-           people(usage_ + bytes() - limit_) + " of what '" + tenant_name_ + "' holds.";
+           std::to_string(limited_.id) + ") uses " + format_bytes(usage_) + " of its " + format_bytes(limit_) +
+           " hard limit.\nwould serve it: a hard limit of at least " + format_bytes(usage_ + bytes()) + ", or freeing " +
+           format_bytes(usage_ + bytes() - limit_) + " of what '" + tenant_name_ + "' holds.";
   }
 
  private:
