@@ -302,10 +302,11 @@ std::size_t unbounded_for(const category_peak& peak) {
                                                           std::uint64_t{1} << 46));
 }
 
-/// A run as a key, for remembering what it needs.
-std::string key_of(const step_options& o) {
+/// A model and a run as a key, for remembering what the run needs.
+std::string key_of(const decoder_model& m, const step_options& o) {
   std::ostringstream k;
-  k << int(o.mode) << ' ' << o.batch << ' ' << o.sequence << ' ' << o.micro_batch << ' ' << int(o.weights) << ' '
+  k << m.layers << ' ' << m.hidden << ' ' << m.heads << ' ' << m.kv_heads << ' ' << m.ffn << ' ' << m.vocab << ' '
+    << m.positions << ' ' << int(m.mlp) << ' ' << m.biases << ' ' << m.tied_embeddings << " | " << int(o.mode) << ' ' << o.batch << ' ' << o.sequence << ' ' << o.micro_batch << ' ' << int(o.weights) << ' '
     << o.autocast << ' ' << int(o.optimizer) << ' ' << o.checkpoint_every << ' ' << o.flash_attention << ' '
     << o.lora_rank << ' ' << int(o.kv_cache) << ' ' << o.decode_steps << ' ' << o.steps;
   return k.str();
@@ -316,7 +317,7 @@ std::string key_of(const step_options& o) {
 std::uint64_t needs_of(const decoder_model& m, const step_options& o, const vram_replay::allocator_config& allocator,
                        category_peak* peak = nullptr) {
   static std::map<std::string, std::pair<std::uint64_t, category_peak>> known;
-  const std::string key = allocator.name + ' ' + key_of(o);
+  const std::string key = allocator.name + ' ' + key_of(m, o);
   auto it = known.find(key);
   if (it == known.end()) {
     step_trace t = generate_step(m, o);
@@ -346,8 +347,7 @@ std::uint64_t largest_fitting(const request& q, std::uint64_t step_options::*fie
   auto fits = [&](std::uint64_t v) {
     step_options o = q.run;
     o.*field = v;
-    if (field == &step_options::micro_batch) o.batch = v * (q.run.batch / (q.run.micro_batch == 0 ? q.run.batch : q.run.micro_batch));
-    if (o.micro_batch != 0 && field == &step_options::batch) o.micro_batch = 0;
+    if (field == &step_options::micro_batch) o.batch = v * (q.run.batch / q.run.micro_batch);  // same accumulation
     try {
       return fits_on(q.model, o, capacity, allocator);
     } catch (const vram::invalid_argument&) {
@@ -554,8 +554,8 @@ int answer(const request& q) {
   std::vector<ranked> remedies;
   for (remedy& r : remedies_for(q.run)) {
     category_peak p{};
-    remedies.push_back({r, 0, needs_of(q.model, r.run, allocators[0], &p)});
-    remedies.back().live = p.peak_live;
+    const std::uint64_t needs = needs_of(q.model, r.run, allocators[0], &p);
+    remedies.push_back({r, p.peak_live, needs});
   }
   std::stable_sort(remedies.begin(), remedies.end(), [](const ranked& x, const ranked& y) { return x.needs < y.needs; });
 

@@ -96,9 +96,10 @@ class quota_ledger {
                                  path, "creating its directory", errno);
     try {
       const mode_t limits_mode = options.tenants_may_set_limits ? options.mode : (options.mode & ~mode_t{022}) | 0600;
-      detail::ledger::write_new<detail::ledger::limits_file>(staging + "/limits", path, limits_mode, id, detail::ledger::limits_magic);
+      detail::ledger::write_new<detail::ledger::limits_file>(staging + "/limits", path, limits_mode, id,
+                                                             detail::ledger::limits_magic);
       detail::ledger::write_new<detail::ledger::usage_file>(staging + "/usage", path, options.mode | 0600, id,
-                                            detail::ledger::usage_magic);
+                                                            detail::ledger::usage_magic);
       // The directory: searchable by whoever may read either file.
       mode_t dir_mode = 0700 | (options.mode & 044) | ((options.mode & 044) >> 2);
       if (::chmod(staging.c_str(), dir_mode) != 0)
