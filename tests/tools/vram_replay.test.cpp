@@ -162,6 +162,17 @@ TEST_CASE("a text trace that starts with a UTF-8 byte order mark is read") {
   std::filesystem::remove(csv);
 }
 
+TEST_CASE("--stream replays a vram trace from its file with the same table") {
+  std::string written = scratch("workloads.vtrace");
+  REQUIRE(run("--write-trace '" + written + "'").status == 0);
+  auto held = run("--no-timing '" + written + "'"), streamed = run("--no-timing --stream '" + written + "'");
+  CHECK(held.status == 0);
+  CHECK(streamed.status == 0);
+  CHECK(streamed.out == held.out);
+  CHECK(streamed.out.find("lowest reserved: ") != std::string::npos);
+  std::filesystem::remove(written);
+}
+
 TEST_CASE("an output file that cannot be written: its name, the system's reason, exit 1") {
   std::string trace = scratch_file("small.vtrace", "# vram-trace 1\nA,1,4096,0,0\nF,1,4096,0,1\n");
   std::string dir = scratch("out-dir");

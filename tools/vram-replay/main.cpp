@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include <vram-replay/lineup.hpp>
 #include <vram-replay/output_file.hpp>
 #include <vram/trace/read_trace.hpp>
+#include <vram/trace/read_trace_stream.hpp>
 #include <vram/trace/replay.hpp>
 #include <vram/trace/report.hpp>
 #include <vram/trace/workloads.hpp>
@@ -46,6 +48,8 @@ const char* usage =
     "  --html FILE           write a self-contained HTML report with plots\n"
     "  --write-trace FILE    write the (first) trace in vram's own format and exit\n"
     "  --no-timing           do not time each operation\n"
+    "  --stream              read vram traces and RMM logs as streams (bounded memory;\n"
+    "                        files over 256 MiB are always streamed)\n"
     "  --list                list the allocators and exit\n"
     "  -h, --help            this text\n";
 
@@ -178,7 +182,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> files, wanted;
   std::string json_path, html_path, write_path, device = "sim";
   replay_options options;
-  bool list = false;
+  bool list = false, stream = false;
   try {
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
@@ -197,6 +201,7 @@ int main(int argc, char** argv) {
       else if (a == "--write-trace") write_path = value();
       else if (a == "--no-timing") options.time_operations = false;
       else if (a == "--list") list = true;
+      else if (a == "--stream") stream = true;
       else if (a.starts_with("-")) throw std::invalid_argument("unknown option " + a);
       else files.push_back(a);
     }
@@ -245,7 +250,14 @@ int main(int argc, char** argv) {
       std::cerr << "vram-replay: no trace given: replaying built-in workloads (see --help)\n";
       traces = builtin_workloads();
     }
-    for (const auto& f : files) traces.push_back(read_trace(f));
+    // Large files are replayed from the file, once per allocator, in the memory of their live
+    // blocks (read_trace_stream.hpp); the rest are read once into memory.
+    constexpr std::uintmax_t stream_above = std::uintmax_t{256} << 20;
+    for (const auto& f : files) {
+      std::error_code ec;
+      std::uintmax_t size = std::filesystem::file_size(f, ec);
+      traces.push_back(stream || (!ec && size > stream_above) ? read_trace_stream(f) : read_trace(f));
+    }
   } catch (const std::exception& e) {
     std::cerr << "vram-replay: " << e.what() << "\n";
     return 1;
@@ -274,7 +286,7 @@ int main(int argc, char** argv) {
     std::vector<replay_result> results;
     for (const auto& c : configs) {
       replay_options o = options;
-      if (tty && t.events.size() > 100000)
+      if (tty && t.size() > 100000)
         o.progress = [&](std::size_t done, std::size_t total) {
           std::fprintf(stderr, "\r%s / %s: %3zu%%", t.name.c_str(), c.name.c_str(), done * 100 / total);
         };

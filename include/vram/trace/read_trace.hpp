@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <sstream>
 #include <stdexcept>
@@ -390,81 +391,129 @@ inline trace read_lifetime_csv(std::string_view text, const std::string& source)
   return t;
 }
 
+}  // namespace vram::trace
+
+namespace vram::detail::trace {
+
+/// vram's own format, a line at a time. Ids are renumbered in allocation order, so that only
+/// the live ones are remembered: a file id may be used again once freed. The window's events
+/// go to the trace or, for a trace read as a stream, to `sink`.
+class vram_trace_parser {
+ public:
+  explicit vram_trace_parser(const std::string& source, std::function<void(const vram::trace::event&)> sink = {})
+      : sink_(std::move(sink)) {
+    t_.name = source;
+    t_.format = "vram-trace";
+  }
+
+  void line(std::string_view line, std::size_t number) {
+    auto where = [&] { return t_.name + ": line " + std::to_string(number); };
+    if (number == 1) {
+      if (line != "# vram-trace 1") throw vram::trace::trace_error(where() + ": expected '# vram-trace 1'");
+      return;
+    }
+    if (line.empty() || line.front() == '#' || line.starts_with("op,")) return;
+    auto f = split(line);
+    std::uint64_t id = 0, bytes = 0, stream = 0;
+    std::int64_t time = 0;
+    ++tally_.rows;
+    if (f.size() != 5 || f[0].size() != 1 || !parse_u64(f[2], bytes) || bytes > vram::trace::max_trace_bytes ||
+        (!f[1].empty() && !parse_u64(f[1], id)) ||
+        (!f[3].empty() && (!parse_u64(f[3], stream) || stream > 65535)) || (!f[4].empty() && !parse_i64(f[4], time)))
+      return t_.warn(tally_.bad(where() + ": malformed row: skipped"));
+    char op = f[0][0];
+    auto s = static_cast<std::uint32_t>(stream);
+    max_stream_ = std::max(max_stream_, s);
+    switch (op) {
+      case 'L':
+        if (window_) return t_.warn(where() + ": L row after the first A/F row: skipped");
+        [[fallthrough]];
+      case 'A': {
+        auto [it, fresh] = live_.try_emplace(id, block{next_id_, bytes});
+        if (!fresh) return t_.warn(where() + ": id allocated again while live: skipped");
+        vram::trace::event e{vram::trace::event::op::alloc, s, next_id_++, bytes, time};
+        if (op == 'L') {
+          t_.events.push_back(e);
+          ++t_.initial_live;
+        } else {
+          window_ = true;
+          emit(e);
+        }
+        return;
+      }
+      case 'F': {
+        window_ = true;
+        auto it = live_.find(id);
+        if (it == live_.end()) return t_.warn(where() + ": free of an id that is not live: skipped");
+        emit({vram::trace::event::op::free, s, it->second.id, it->second.bytes, time});
+        live_.erase(it);
+        return;
+      }
+      case 'R':
+        t_.recorded_reserved.push_back({t_.initial_live + window_events_, bytes});
+        if (!t_.recorded_peak_reserved || bytes > *t_.recorded_peak_reserved) t_.recorded_peak_reserved = bytes;
+        return;
+      default: return t_.warn(tally_.bad(where() + ": unknown op: skipped"));
+    }
+  }
+
+  /// The trace (without the window's events where a sink took them). Throws trace_error when
+  /// no row could be read.
+  vram::trace::trace finish() && {
+    if (tally_.none_readable()) throw vram::trace::trace_error(tally_.error());
+    t_.streams = max_stream_ + 1;
+    return std::move(t_);
+  }
+
+ private:
+  struct block {
+    std::uint64_t id;  // renumbered
+    std::uint64_t bytes;
+  };
+  void emit(const vram::trace::event& e) {
+    ++window_events_;
+    if (sink_) sink_(e);
+    else t_.events.push_back(e);
+  }
+
+  vram::trace::trace t_;
+  std::function<void(const vram::trace::event&)> sink_;
+  std::unordered_map<std::uint64_t, block> live_;  // file id -> live block
+  std::uint64_t next_id_ = 0;
+  std::size_t window_events_ = 0;
+  std::uint32_t max_stream_ = 0;
+  bool window_ = false;
+  row_tally tally_;
+};
+
+}  // namespace vram::detail::trace
+
+namespace vram::trace {
+
 /// vram's own format (see docs/replay.md): a first line `# vram-trace 1`, then rows
 /// `op,id,bytes,stream,time_ns` with op L (live at start), A (alloc), F (free) or
 /// R (recorded reserved: bytes = reserved bytes after the previous event).
 inline trace read_vram_trace(std::string_view text, const std::string& source) {
-  trace t;
-  t.name = source;
-  t.format = "vram-trace";
-  std::unordered_map<std::uint64_t, std::uint64_t> live;  // id -> bytes
-  std::unordered_map<std::uint64_t, bool> seen;
-  std::uint32_t max_stream = 0;
-  bool window = false;
-  detail::trace::row_tally tally;
-  detail::trace::for_each_line(text, [&](std::string_view line, std::size_t number) {
-    auto where = [&] { return source + ": line " + std::to_string(number); };
-    if (number == 1) {
-      if (line != "# vram-trace 1") throw trace_error(where() + ": expected '# vram-trace 1'");
-      return;
-    }
-    if (line.empty() || line.front() == '#' || line.starts_with("op,")) return;
-    auto f = detail::trace::split(line);
-    std::uint64_t id = 0, bytes = 0, stream = 0;
-    std::int64_t time = 0;
-    ++tally.rows;
-    if (f.size() != 5 || f[0].size() != 1 || !detail::trace::parse_u64(f[2], bytes) || bytes > max_trace_bytes ||
-        (!f[1].empty() && !detail::trace::parse_u64(f[1], id)) ||
-        (!f[3].empty() && (!detail::trace::parse_u64(f[3], stream) || stream > 65535)) ||
-        (!f[4].empty() && !detail::trace::parse_i64(f[4], time)))
-      return t.warn(tally.bad(where() + ": malformed row: skipped"));
-    char op = f[0][0];
-    auto s = static_cast<std::uint32_t>(stream);
-    max_stream = std::max(max_stream, s);
-    switch (op) {
-      case 'L':
-        if (window) return t.warn(where() + ": L row after the first A/F row: skipped");
-        [[fallthrough]];
-      case 'A':
-        if (seen.count(id) != 0) return t.warn(where() + ": id allocated twice: skipped");
-        seen[id] = true;
-        live[id] = bytes;
-        t.events.push_back({event::op::alloc, s, id, bytes, time});
-        if (op == 'L') ++t.initial_live;
-        else window = true;
-        return;
-      case 'F': {
-        window = true;
-        auto it = live.find(id);
-        if (it == live.end()) return t.warn(where() + ": free of an id that is not live: skipped");
-        t.events.push_back({event::op::free, s, id, it->second, time});
-        live.erase(it);
-        return;
-      }
-      case 'R':
-        t.recorded_reserved.push_back({t.events.size(), bytes});
-        if (!t.recorded_peak_reserved || bytes > *t.recorded_peak_reserved) t.recorded_peak_reserved = bytes;
-        return;
-      default: return t.warn(tally.bad(where() + ": unknown op: skipped"));
-    }
-  });
-  if (tally.none_readable()) throw trace_error(tally.error());
-  t.streams = max_stream + 1;
-  return t;
+  detail::trace::vram_trace_parser parser(source);
+  detail::trace::for_each_line(text, [&](std::string_view line, std::size_t number) { parser.line(line, number); });
+  return std::move(parser).finish();
 }
 
 /// Writes `t` in vram's own format (read back by read_vram_trace).
 inline void write_vram_trace(std::ostream& out, const trace& t) {
   out << "# vram-trace 1\n# " << t.name << " (" << t.format << ")\nop,id,bytes,stream,time_ns\n";
-  std::size_t sample = 0;
-  for (std::size_t i = 0; i <= t.events.size(); ++i) {
-    while (sample < t.recorded_reserved.size() && t.recorded_reserved[sample].event_index == i)
+  std::size_t sample = 0, i = 0;
+  auto samples_before = [&](std::size_t index) {
+    while (sample < t.recorded_reserved.size() && t.recorded_reserved[sample].event_index == index)
       out << "R,," << t.recorded_reserved[sample++].reserved_bytes << ",,\n";
-    if (i == t.events.size()) break;
-    const auto& e = t.events[i];
+  };
+  t.for_each_event([&](const event& e) {
+    samples_before(i);
     char op = e.kind == event::op::free ? 'F' : (i < t.initial_live ? 'L' : 'A');
     out << op << ',' << e.id << ',' << e.bytes << ',' << e.stream << ',' << e.time_ns << '\n';
-  }
+    ++i;
+  });
+  samples_before(i);
 }
 
 /// Reads a trace held in memory, detecting its format from the content.

@@ -82,59 +82,63 @@ replay_result replay(const trace& t, R& r, StatsOf&& stats_of, const std::vector
                      const replay_options& options = {}) {
   replay_result out;
   out.trace = t.name;
-  out.events = t.events.size() - t.initial_live;
+  out.events = t.size() - t.initial_live;
   out.recorded_reserved_bytes = t.recorded_peak_reserved;
 
-  // Dense slots for ids, computed once so the timed loop indexes a vector.
-  std::vector<std::uint32_t> slot(t.events.size());
-  {
-    std::unordered_map<std::uint64_t, std::uint32_t> ids;
-    ids.reserve(t.events.size());
-    for (std::size_t i = 0; i < t.events.size(); ++i)
-      slot[i] = ids.try_emplace(t.events[i].id, static_cast<std::uint32_t>(ids.size())).first->second;
-  }
-  std::vector<void*> ptr(t.events.size(), nullptr);
-  std::vector<std::uint64_t> bytes(t.events.size(), 0);
-  std::vector<std::uint32_t> ns;
+  // The live blocks by id: memory bounded by the blocks live at once, so a streamed trace of
+  // any length replays in bounded memory.
+  struct live_block {
+    void* p;
+    std::uint64_t bytes;
+    std::uint32_t stream;
+  };
+  std::unordered_map<std::uint64_t, live_block> live_blocks;
+  detail::trace::timing_histogram ns;
   auto elapsed = [](std::chrono::steady_clock::time_point start) {
     return static_cast<std::uint32_t>(std::min<long long>(
         UINT32_MAX, std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count()));
   };
   if (options.time_operations) {
-    ns.reserve(t.events.size());
+    detail::trace::timing_histogram clock;
     for (int i = 0; i < 4096; ++i) {  // calibrate: an empty region timed like an operation
       auto start = std::chrono::steady_clock::now();
-      ns.push_back(elapsed(start));
+      clock.add(elapsed(start));
     }
-    out.ns_clock = detail::trace::step_quantile(ns, 0.5);
-    ns.clear();
+    out.ns_clock = clock.step_quantile(0.5);
   }
-  auto stream_of = [&](const event& e) { return e.stream < streams.size() ? streams[e.stream] : stream_ref{}; };
+  auto stream_at = [&](std::uint32_t s) { return s < streams.size() ? streams[s] : stream_ref{}; };
 
+  const std::size_t total = t.size();
   std::uint64_t live = 0;
-  std::size_t every = std::max<std::size_t>(1, t.events.size() / std::max<std::size_t>(1, options.series_points));
-  std::size_t progress_every = std::max<std::size_t>(1, t.events.size() / 100);
+  std::size_t every = std::max<std::size_t>(1, total / std::max<std::size_t>(1, options.series_points));
+  std::size_t progress_every = std::max<std::size_t>(1, total / 100);
   std::size_t recorded = 0;  // next recorded_reserved sample
   std::optional<std::uint64_t> recorded_now;
 
-  for (std::size_t i = 0; i < t.events.size(); ++i) {
-    const event& e = t.events[i];
+  // Frees what is left, so `r` (and its device) end empty, also where reading a streamed
+  // trace fails half way.
+  auto free_live = [&] {
+    for (auto& [id, b] : live_blocks)
+      if (b.p != nullptr) r.deallocate(stream_at(b.stream), b.p, static_cast<std::size_t>(b.bytes), default_alignment);
+    live_blocks.clear();
+  };
+  std::size_t i = 0;
+  auto step = [&](const event& e) {
     bool timed = options.time_operations && i >= t.initial_live;
     if (e.kind == event::op::alloc) {
       void* p = nullptr;
       try {
         auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-        p = r.allocate(stream_of(e), static_cast<std::size_t>(e.bytes), default_alignment);
-        if (timed) ns.push_back(elapsed(start));
+        p = r.allocate(stream_at(e.stream), static_cast<std::size_t>(e.bytes), default_alignment);
+        if (timed) ns.add(elapsed(start));
       } catch (const out_of_memory&) {
         ++out.ooms;
       } catch (const invalid_argument&) {
         ++out.ooms;  // beyond what the allocator accepts at all
       }
       if (i >= t.initial_live) ++out.allocs;
-      if (p != nullptr || e.bytes == 0) {
-        ptr[slot[i]] = p;
-        bytes[slot[i]] = e.bytes;
+      if (p != nullptr || e.bytes == 0) {  // a refused allocation is skipped, and so is its free
+        live_blocks[e.id] = {p, e.bytes, e.stream};
         live += e.bytes;
         if (live > out.peak_live_bytes) {
           vram::stats s = stats_of();
@@ -145,43 +149,41 @@ replay_result replay(const trace& t, R& r, StatsOf&& stats_of, const std::vector
       }
     } else {
       ++out.frees;
-      void*& p = ptr[slot[i]];
-      if (p != nullptr) {
-        auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-        r.deallocate(stream_of(e), p, static_cast<std::size_t>(e.bytes), default_alignment);
-        if (timed) ns.push_back(elapsed(start));
-        live -= bytes[slot[i]];
-        p = nullptr;
-      } else if (bytes[slot[i]] != 0) {
-        live -= bytes[slot[i]];  // a zero-byte allocation (nullptr) ends
-        bytes[slot[i]] = 0;
+      if (auto it = live_blocks.find(e.id); it != live_blocks.end()) {
+        if (it->second.p != nullptr) {  // (a zero-byte allocation may be nullptr: nothing to free)
+          auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+          r.deallocate(stream_at(e.stream), it->second.p, static_cast<std::size_t>(it->second.bytes), default_alignment);
+          if (timed) ns.add(elapsed(start));
+        }
+        live -= it->second.bytes;
+        live_blocks.erase(it);
       }
     }
     while (recorded < t.recorded_reserved.size() && t.recorded_reserved[recorded].event_index <= i + 1)
       recorded_now = t.recorded_reserved[recorded++].reserved_bytes;
-    if (i % every == 0 || i + 1 == t.events.size()) {
+    if (i % every == 0 || i + 1 == total) {
       std::uint64_t reserved = stats_of().reserved_bytes;
       out.peak_reserved_bytes = std::max(out.peak_reserved_bytes, reserved);
       out.series.push_back({i, live, reserved, recorded_now});
     }
-    if (options.progress && i % progress_every == 0) options.progress(i, t.events.size());
+    if (options.progress && i % progress_every == 0) options.progress(i, total);
+    ++i;
+  };
+  try {
+    t.for_each_event(step);
+  } catch (...) {
+    free_live();
+    throw;
   }
   vram::stats end = stats_of();
   out.peak_reserved_bytes = std::max<std::uint64_t>(out.peak_reserved_bytes, end.peak_reserved_bytes);
   out.upstream_allocations = end.upstream_allocations;
   out.upstream_deallocations = end.upstream_deallocations;
   out.peak_spilled_bytes = end.peak_spilled_bytes;
-  // Free what is left, so `r` (and its device) end empty.
-  for (std::size_t i = 0; i < t.events.size(); ++i)
-    if (t.events[i].kind == event::op::alloc && ptr[slot[i]] != nullptr) {
-      r.deallocate(stream_of(t.events[i]), ptr[slot[i]], static_cast<std::size_t>(bytes[slot[i]]), default_alignment);
-      ptr[slot[i]] = nullptr;
-    }
-  if (!ns.empty()) {
-    double sum = 0;
-    for (auto x : ns) sum += x;
-    out.ns_per_op_mean = std::max(0.0, sum / double(ns.size()) - out.ns_clock);
-    auto at = [&](double q) { return std::max(0.0, detail::trace::step_quantile(ns, q) - out.ns_clock); };
+  free_live();
+  if (ns.count() != 0) {
+    out.ns_per_op_mean = std::max(0.0, ns.mean() - out.ns_clock);
+    auto at = [&](double q) { return std::max(0.0, ns.step_quantile(q) - out.ns_clock); };
     out.ns_per_op_p50 = at(0.50);
     out.ns_per_op_p99 = at(0.99);
   }

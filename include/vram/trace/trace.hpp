@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -28,7 +29,21 @@ struct reserved_sample {
   std::uint64_t reserved_bytes = 0;
 };
 
-/// An allocation trace.
+/// The events of a trace too large to hold: each call reads them again from their file, in
+/// order, and calls `each` on every one (vram/trace/read_trace_stream.hpp).
+using event_feed = std::function<void(const std::function<void(const event&)>& each)>;
+
+/// What a first reading of a streamed trace counted: its events are read again at each replay.
+struct streamed_window {
+  event_feed feed;               ///< the window's events (after trace::events)
+  std::size_t events = 0, allocs = 0, frees = 0;
+  std::uint64_t peak_live = 0;   ///< of the whole trace, the blocks live at the start included
+};
+
+/// An allocation trace: held in memory (`events`), or streamed from its file (`streamed`:
+/// then `events` holds only the blocks live at the start, and memory is bounded by the blocks
+/// live at once, not by the events). Consumers that must work on both read events through
+/// for_each_event() and size().
 ///
 /// Invariants (checked by `check()` in tests):
 ///   events[0 .. initial_live) are allocs of blocks already live when recording began
@@ -38,6 +53,7 @@ struct trace {
   std::string name;    ///< file name or workload name
   std::string format;  ///< "pytorch-snapshot", "kineto", "rmm-csv", "lifetime-csv", "vram-trace", "generated"
   std::vector<event> events;
+  std::optional<streamed_window> streamed;  ///< set for a streamed trace: the rest of the events
   std::size_t initial_live = 0;  ///< leading allocs that were live before the window
   std::uint32_t streams = 1;
   /// What the recording allocator held (PyTorch segment_alloc / Kineto "Total Reserved").
@@ -47,11 +63,23 @@ struct trace {
   std::size_t warnings = 0;
   std::vector<std::string> warning_examples;  ///< the first few, for the report
 
-  [[nodiscard]] std::size_t allocs() const noexcept { return count(event::op::alloc) - initial_live; }
-  [[nodiscard]] std::size_t frees() const noexcept { return count(event::op::free); }
+  [[nodiscard]] std::size_t allocs() const noexcept {
+    return count(event::op::alloc) - initial_live + (streamed ? streamed->allocs : 0);
+  }
+  [[nodiscard]] std::size_t frees() const noexcept { return count(event::op::free) + (streamed ? streamed->frees : 0); }
+  /// Every event, those live at the start included.
+  [[nodiscard]] std::size_t size() const noexcept { return events.size() + (streamed ? streamed->events : 0); }
+
+  /// Calls f(const event&) on every event in order (a streamed trace's read again from its file).
+  template <class F>
+  void for_each_event(F&& f) const {
+    for (const event& e : events) f(e);
+    if (streamed) streamed->feed(std::function<void(const event&)>(std::ref(f)));
+  }
 
   /// Peak of the sum of live requested bytes, computed directly from the events.
   [[nodiscard]] std::uint64_t peak_live_bytes() const noexcept {
+    if (streamed) return streamed->peak_live;
     std::uint64_t live = 0, peak = 0;
     for (const auto& e : events) {
       if (e.kind == event::op::alloc) {

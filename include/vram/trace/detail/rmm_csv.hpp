@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <functional>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -47,58 +48,78 @@ inline void write_rmm_csv_line(std::ostream& out, std::uint64_t thread, std::int
   }
 }
 
-/// Reads an RMM log: a header naming at least Action, Pointer and Size (an optional Tenant
-/// column is ignored); `allocate failure` rows are skipped. Throws vram::trace::trace_error.
-inline vram::trace::trace read_rmm_csv(std::string_view text, const std::string& source) {
-  trace_builder b(source, "rmm-csv");
-  int c_time = -1, c_action = -1, c_ptr = -1, c_size = -1, c_stream = -1;
-  std::size_t columns = 0;
-  row_tally tally;
-  for_each_line(text, [&](std::string_view line, std::size_t number) {
+/// An RMM log, a line at a time: a header naming at least Action, Pointer and Size (an
+/// optional Tenant column is ignored); `allocate failure` rows are skipped. The window's
+/// events go to the trace or, for a trace read as a stream, to `sink`. Throws
+/// vram::trace::trace_error.
+class rmm_csv_parser {
+ public:
+  explicit rmm_csv_parser(const std::string& source, std::function<void(const vram::trace::event&)> sink = {})
+      : source_(source), b_(source, "rmm-csv", std::move(sink)) {}
+
+  void line(std::string_view line, std::size_t number) {
     if (line.empty()) return;
     auto f = split(line);
-    if (columns == 0) {
-      columns = f.size();
+    if (columns_ == 0) {
+      columns_ = f.size();
       for (std::size_t i = 0; i < f.size(); ++i) {
-        if (f[i] == "Time") c_time = int(i);
-        if (f[i] == "Action") c_action = int(i);
-        if (f[i] == "Pointer") c_ptr = int(i);
-        if (f[i] == "Size") c_size = int(i);
-        if (f[i] == "Stream") c_stream = int(i);
+        if (f[i] == "Time") c_time_ = int(i);
+        if (f[i] == "Action") c_action_ = int(i);
+        if (f[i] == "Pointer") c_ptr_ = int(i);
+        if (f[i] == "Size") c_size_ = int(i);
+        if (f[i] == "Stream") c_stream_ = int(i);
       }
-      if (c_action < 0 || c_ptr < 0 || c_size < 0)
-        throw vram::trace::trace_error(source + ": line 1: an RMM log needs Action, Pointer and Size columns");
+      if (c_action_ < 0 || c_ptr_ < 0 || c_size_ < 0)
+        throw vram::trace::trace_error(source_ + ": line 1: an RMM log needs Action, Pointer and Size columns");
       return;
     }
-    auto where = [&] { return source + ": line " + std::to_string(number); };
-    ++tally.rows;
-    if (f.size() < columns) return b.warn(tally.bad(where() + ": too few fields: skipped"));
+    auto where = [&] { return source_ + ": line " + std::to_string(number); };
+    ++tally_.rows;
+    if (f.size() < columns_) return b_.warn(tally_.bad(where() + ": too few fields: skipped"));
     std::uint64_t ptr = 0, size = 0, stream = 0;
-    if (!parse_u64(f[std::size_t(c_ptr)], ptr) || !parse_u64(f[std::size_t(c_size)], size) ||
+    if (!parse_u64(f[std::size_t(c_ptr_)], ptr) || !parse_u64(f[std::size_t(c_size_)], size) ||
         size > vram::trace::max_trace_bytes)
-      return b.warn(tally.bad(where() + ": invalid Pointer or Size: skipped"));
-    if (c_stream >= 0 && !parse_u64(f[std::size_t(c_stream)], stream)) stream = 0;
+      return b_.warn(tally_.bad(where() + ": invalid Pointer or Size: skipped"));
+    if (c_stream_ >= 0 && !parse_u64(f[std::size_t(c_stream_)], stream)) stream = 0;
     // Time: "HH:MM:SS.ffffff" (or seconds); ordering comes from the line order anyway.
-    std::int64_t t = 0;
-    if (c_time >= 0) {
-      double seconds = 0, part = 0;
-      std::string field(f[std::size_t(c_time)]);
-      std::istringstream in(field);
-      char colon = 0;
-      while (in >> part) {
-        seconds = seconds * 60 + part;
-        if (!(in >> colon) || colon != ':') break;
-      }
-      t = saturate_to_int64(seconds * 1e9);
+    std::int64_t t = c_time_ >= 0 ? parse_time(f[std::size_t(c_time_)]) : 0;
+    auto action = f[std::size_t(c_action_)];
+    if (action == "allocate") b_.alloc(ptr, size, stream, t);
+    else if (action == "free") b_.free(ptr, size, stream, t);
+    else if (action != "allocate failure") b_.warn(tally_.bad(where() + ": unknown action: skipped"));
+  }
+
+  vram::trace::trace finish() && {
+    if (columns_ == 0) throw vram::trace::trace_error(source_ + ": empty RMM log");
+    if (tally_.none_readable()) throw vram::trace::trace_error(tally_.error());
+    return std::move(b_).finish();
+  }
+
+ private:
+  /// "HH:MM:SS.ffffff" or seconds, in nanoseconds.
+  static std::int64_t parse_time(std::string_view field) {
+    double seconds = 0, part = 0;
+    std::istringstream in{std::string(field)};
+    char colon = 0;
+    while (in >> part) {
+      seconds = seconds * 60 + part;
+      if (!(in >> colon) || colon != ':') break;
     }
-    auto action = f[std::size_t(c_action)];
-    if (action == "allocate") b.alloc(ptr, size, stream, t);
-    else if (action == "free") b.free(ptr, size, stream, t);
-    else if (action != "allocate failure") b.warn(tally.bad(where() + ": unknown action: skipped"));
-  });
-  if (columns == 0) throw vram::trace::trace_error(source + ": empty RMM log");
-  if (tally.none_readable()) throw vram::trace::trace_error(tally.error());
-  return std::move(b).finish();
+    return saturate_to_int64(seconds * 1e9);
+  }
+
+  std::string source_;
+  trace_builder b_;
+  int c_time_ = -1, c_action_ = -1, c_ptr_ = -1, c_size_ = -1, c_stream_ = -1;
+  std::size_t columns_ = 0;
+  row_tally tally_;
+};
+
+/// Reads an RMM log held in memory (rmm_csv_parser).
+inline vram::trace::trace read_rmm_csv(std::string_view text, const std::string& source) {
+  rmm_csv_parser parser(source);
+  for_each_line(text, [&](std::string_view line, std::size_t number) { parser.line(line, number); });
+  return std::move(parser).finish();
 }
 
 }  // namespace vram::detail::trace

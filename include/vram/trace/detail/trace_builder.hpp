@@ -2,10 +2,12 @@
 // Turns a recorded address-based stream of allocs and frees into a vram::trace::trace:
 // addresses become ids (addresses are reused), streams become dense indices, frees of
 // addresses never seen become blocks live at the start (when their size is known) or
-// counted warnings.
+// counted warnings. The window's events go to the trace, or (for a trace read as a stream)
+// to a sink, so that only the live blocks are held.
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -17,7 +19,10 @@ namespace vram::detail::trace {
 
 class trace_builder {
  public:
-  trace_builder(std::string name, std::string format) {
+  /// The window's events are kept in the trace, or given to `sink` as they come (then the
+  /// finished trace holds only the blocks live at the start).
+  trace_builder(std::string name, std::string format, std::function<void(const vram::trace::event&)> sink = {})
+      : sink_(std::move(sink)) {
     trace_.name = std::move(name);
     trace_.format = std::move(format);
   }
@@ -31,7 +36,7 @@ class trace_builder {
     }
     std::uint64_t id = next_id_++;
     live_.emplace(addr, block{id, bytes});
-    trace_.events.push_back({vram::trace::event::op::alloc, stream_index(stream), id, bytes, time_ns});
+    emit({vram::trace::event::op::alloc, stream_index(stream), id, bytes, time_ns});
   }
 
   /// A free of `addr`; `bytes` is the recorded size (0 when the format has none).
@@ -70,13 +75,14 @@ class trace_builder {
   }
 
   void recorded_reserved(std::uint64_t reserved) {
-    trace_.recorded_reserved.push_back({trace_.events.size(), reserved});  // re-based in finish()
+    trace_.recorded_reserved.push_back({window_events_, reserved});  // re-based in finish()
     if (!trace_.recorded_peak_reserved || reserved > *trace_.recorded_peak_reserved)
       trace_.recorded_peak_reserved = reserved;
   }
 
   void warn(std::string message) { trace_.warn(std::move(message)); }
-  [[nodiscard]] std::size_t events() const noexcept { return trace_.events.size(); }
+  /// The window's events so far.
+  [[nodiscard]] std::size_t events() const noexcept { return window_events_; }
 
   /// The finished trace: initial blocks first, then the window.
   vram::trace::trace finish() && {
@@ -84,7 +90,7 @@ class trace_builder {
     trace_.initial_live = n;
     trace_.events.insert(trace_.events.begin(), initial_.begin(), initial_.end());
     // Samples count window events: shift them past the initial blocks.
-    for (auto& s : trace_.recorded_reserved) s.event_index = std::min(s.event_index + n, trace_.events.size());
+    for (auto& s : trace_.recorded_reserved) s.event_index = std::min(s.event_index + n, n + window_events_);
     trace_.streams = static_cast<std::uint32_t>(std::max<std::size_t>(1, streams_.size()));
     return std::move(trace_);
   }
@@ -96,7 +102,12 @@ class trace_builder {
   };
 
   void emit_free(const block& b, std::uint64_t stream, std::int64_t time_ns) {
-    trace_.events.push_back({vram::trace::event::op::free, stream_index(stream), b.id, b.bytes, time_ns});
+    emit({vram::trace::event::op::free, stream_index(stream), b.id, b.bytes, time_ns});
+  }
+  void emit(const vram::trace::event& e) {
+    ++window_events_;
+    if (sink_) sink_(e);
+    else trace_.events.push_back(e);
   }
 
   std::uint32_t stream_index(std::uint64_t stream) {
@@ -105,6 +116,8 @@ class trace_builder {
   }
 
   vram::trace::trace trace_;
+  std::function<void(const vram::trace::event&)> sink_;
+  std::size_t window_events_ = 0;
   std::vector<vram::trace::event> initial_;
   std::unordered_map<std::uint64_t, block> live_;  // recorded address -> live block
   std::unordered_map<std::uint64_t, std::uint32_t> streams_;
