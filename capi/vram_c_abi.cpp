@@ -427,7 +427,8 @@ void* allocate(int device, std::size_t size, vram_stream_t stream) noexcept {
     return p;
   } catch (const std::bad_alloc& e) {
     d.ooms.fetch_add(1, std::memory_order_relaxed);
-    try {  // vram's errors explain themselves: the cause and what would have served the request
+    try {  // vram's errors explain themselves: the cause, what would have served the request,
+           // and who held the memory (the stack's tracker attached that on the way up)
       const auto* oom = dynamic_cast<const out_of_memory*>(&e);
       fail(with_ledger(d, oom != nullptr ? oom->explain().c_str() : e.what(), size).c_str());
     } catch (...) {

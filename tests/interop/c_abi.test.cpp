@@ -185,7 +185,11 @@ TEST_CASE("C ABI: out of memory returns null and says why", "[interop][c_abi]") 
   REQUIRE(big != nullptr);
   CHECK(std::string(a.describe(0)) == "simulated/pool");
   CHECK(a.malloc_(std::size_t{32} << 20, 0, nullptr) == nullptr);
-  CHECK(std::string(a.last_error()).find("out of memory") != std::string::npos);
+  std::string why = a.last_error();
+  INFO(why);
+  CHECK(why.find("out of memory") != std::string::npos);
+  CHECK(why.find("cause: exhaustion") != std::string::npos);
+  CHECK(why.find("\nheld by: tenant 'default' 48.00 MiB.") != std::string::npos);  // the stack's tracker
   CHECK(stats_of(0).ooms == 1);
   a.free_(big, std::size_t{48} << 20, 0, nullptr);
   void* again = a.malloc_(std::size_t{32} << 20, 0, nullptr);  // fits once the first is gone
@@ -254,6 +258,7 @@ TEST_CASE("C ABI: tenant quotas and a snapshot of who holds memory", "[interop][
   CHECK(a.malloc_(std::size_t{600} << 10, 0, nullptr) == nullptr);  // over trainer's 1 MiB
   CHECK(std::string(a.last_error()).find("trainer") != std::string::npos);
   CHECK(std::string(a.last_error()).find("cause: tenant 'trainer'") != std::string::npos);  // explain()
+  CHECK(std::string(a.last_error()).find("\nheld by: tenant 'trainer' 600.00 KiB.") != std::string::npos);
 
   REQUIRE(a.set_tenant("eval") == 0);  // this thread now allocates for "eval"
   REQUIRE(a.set_tenant_quota("eval", std::size_t{64} << 10, 0) == 0);

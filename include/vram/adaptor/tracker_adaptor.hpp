@@ -52,7 +52,8 @@ namespace vram {
 /// Misuse: freeing a pointer not live here, or with another size, is reported and changes
 /// nothing (the upstream is not called).
 /// OOM: an out_of_memory from the upstream is recorded (oom event), dumped to
-/// oom_dump_path when set, and rethrown unchanged.
+/// oom_dump_path when set, given the top tenants and tags by live bytes (holders(), the last
+/// line of explain()), and rethrown: the same object, so its type and numbers are kept.
 /// Capabilities: owns() from its records; release, try_allocate and the upstream's
 /// check_invariants pass through (adaptor_base); stats() adds the upstream's.
 /// Complexity: O(1) expected per operation (hash map); snapshot() O(n log n).
@@ -75,8 +76,9 @@ class tracker_adaptor : public detail::adaptor::adaptor_base<tracker_adaptor<Ups
     void* p;
     try {
       p = upstream_.allocate(s, bytes, align);
-    } catch (const out_of_memory& e) {
+    } catch (out_of_memory& e) {  // by reference, rethrown as it is: a quota_exceeded stays one
       state_->record_oom(bytes, s, t, e.stats().free_bytes);
+      state_->attach_holders(e);
       throw;
     }
     if (p == nullptr) return p;

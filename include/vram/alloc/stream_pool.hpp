@@ -26,6 +26,7 @@
 #include <vram/alloc/detail/stream_pool/lanes.hpp>
 #include <vram/alloc/detail/stream_pool/mutex.hpp>
 #include <vram/alloc/detail/stream_pool/size_classes.hpp>
+#include <vram/alloc/detail/stream_pool/stranding.hpp>
 #include <vram/alloc/detail/stream_pool/stream_marker.hpp>
 #include <vram/detail/throw.hpp>
 #include <vram/source/host_source.hpp>  // for the static_assert below
@@ -143,7 +144,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
 
   /// Allocates `bytes` ordered on `s`: usable by work enqueued on `s` after this call.
   /// Throws invalid_argument (bad alignment, absurd size), out_of_memory (the upstream or the
-  /// maximum size is exhausted even after merging streams and releasing; nothing changed).
+  /// maximum size is exhausted even after merging idle streams and releasing; nothing changed;
+  /// its stranded() names the busy streams whose free blocks would have served it merged).
   void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
     // The bin path, free of calls so that it stays small enough to inline: a valid
     // small request on the calling thread's last lane, its lock free, its bin holding the
@@ -233,6 +235,20 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   [[nodiscard]] vram::stats stats() const {
     std::lock_guard lock(heap_mutex_);
     return stats_locked();
+  }
+
+  /// Calls f(bytes) for every free block: every stream's in the heap, and those cached in the
+  /// bins (free, not coalesced until the bins flush). For reports (vram-replay's free blocks at
+  /// peak): O(free blocks), under the heap mutex and each lane's lock in turn.
+  template <class F>
+  void for_each_free_block(F&& f) const {
+    std::lock_guard lock(heap_mutex_);
+    heap_.for_each_stream(
+        [&](std::uintptr_t, const stream_info& info) { info.index.for_each([&](const block* b) { f(b->size); }); });
+    lanes_.for_each([&](const lane& l) {
+      for (const auto& bin : l.bins)
+        for (const block* b : bin) f(b->size);
+    });
   }
 
   /// Verifies the structures: every reserved byte is in exactly one block, blocks tile their
@@ -511,7 +527,10 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     observer_.on_out_of_memory(requested, s, snapshot);
     // Name the cap when it is what refused: the room left under it is less than the block.
     bool capped = options_.maximum_size != 0 && need > options_.maximum_size - std::min(heap_.reserved(), options_.maximum_size);
-    detail::throw_out_of_memory(name(), requested, s, snapshot, capped ? options_.maximum_size : 0, "maximum_size");
+    // And the free blocks other streams' queued work keeps from merging (heap_take merged the
+    // idle streams first, so what is still keyed to a stream waits for its work).
+    detail::throw_out_of_memory(name(), requested, s, snapshot, capped ? options_.maximum_size : 0, "maximum_size",
+                                detail::stream_pool::find_stranding(heap_, s.key(), need));
   }
 
   /// Takes `bytes` from the upstream; false (nothing changed) when it has none.

@@ -11,13 +11,19 @@
 //                              <- vram::wrong_device      (a device's resource used on another device)
 //
 // Every one is thrown through vram/detail/throw.hpp; none allocates on the out-of-memory path.
+// What an out_of_memory learns on its way up (the streams that stranded memory, who held the
+// memory) lives in fixed arrays inside it, so it refers to nothing that may die before it.
 
+#include <array>
+#include <cinttypes>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include <vram/core/bytes.hpp>
 #include <vram/core/config.hpp>
@@ -27,16 +33,69 @@
 
 namespace vram {
 
+/// One stream whose free blocks a request on another stream could not take whole.
+struct stranded_stream {
+  std::uintptr_t stream_key = 0;  ///< stream_ref::key(): a host_stream's address, a CUDA stream's handle
+  std::size_t free_bytes = 0;     ///< its free blocks together
+  std::size_t largest_block = 0;  ///< its largest free block
+};
+
+/// Free memory that other streams' queued work keeps in pieces (stream_pool): a free block
+/// keyed to stream S merges with its neighbours only once S's work is seen complete, so a
+/// run of address-adjacent free blocks can hold a request that none of its blocks holds.
+/// Invariants: listed <= max_listed, listed <= streams; entries [0, listed) in descending
+/// free_bytes; bytes == the sum of the free bytes of all `streams` (listed or not).
+struct stream_stranding {
+  static constexpr std::size_t max_listed = 4;
+  std::array<stranded_stream, max_listed> stream{};
+  std::size_t listed = 0;       ///< entries of `stream` in use
+  std::size_t streams = 0;      ///< streams whose blocks lie in a run that would hold the request
+  std::size_t bytes = 0;        ///< their free bytes together
+  std::size_t largest_run = 0;  ///< the largest run of address-adjacent free blocks, stream keys ignored
+};
+
+/// A tenant or tag and its live bytes, the name copied (truncated, marked "...").
+struct memory_holder {
+  static constexpr std::size_t max_name = 63;
+  std::array<char, max_name + 1> name{};  ///< a tenant's path ("job/model") or a tag ("": untagged)
+  std::size_t bytes = 0;
+
+  void set_name(std::string_view n) noexcept {
+    std::size_t len = n.size() <= max_name ? n.size() : max_name;
+    std::memcpy(name.data(), n.data(), len);
+    if (len < n.size()) std::memcpy(name.data() + max_name - 3, "...", 3);
+    name[len] = '\0';
+  }
+};
+
+/// Who held the memory when it ran out, as a tracker_adaptor saw it: the tenants and tags
+/// with the most live bytes. Invariants: tenants <= min(max_listed, total_tenants), tags <=
+/// min(max_listed, total_tags); entries in descending bytes.
+struct memory_holders {
+  static constexpr std::size_t max_listed = 5;
+  std::array<memory_holder, max_listed> tenant{};
+  std::array<memory_holder, max_listed> tag{};
+  std::size_t tenants = 0, tags = 0;              ///< entries in use
+  std::size_t total_tenants = 0, total_tags = 0;  ///< holders there were (listed or not)
+};
+
 /// Thrown when a resource cannot provide the requested bytes. Constructing it and calling
 /// what() allocate nothing: the message is formatted into a fixed buffer.
 class out_of_memory : public std::bad_alloc {
  public:
   /// `resource` must be a string with static storage duration (a literal). `limit`, when not 0,
   /// is the cap the resource was configured with (a pool's maximum_size), named by `limit_name`
-  /// (a literal), so the message says which cap refused.
+  /// (a literal), so the message says which cap refused. `stranded`: the free memory other
+  /// streams kept in pieces, where the resource keys free blocks to streams.
   out_of_memory(const char* resource, std::size_t bytes, stream_ref stream, const vram::stats& snapshot = {},
-                std::size_t limit = 0, const char* limit_name = "limit") noexcept
-      : resource_(resource), bytes_(bytes), stream_(stream), stats_(snapshot), limit_(limit), limit_name_(limit_name) {
+                std::size_t limit = 0, const char* limit_name = "limit", const stream_stranding& stranded = {}) noexcept
+      : resource_(resource),
+        bytes_(bytes),
+        stream_(stream),
+        stats_(snapshot),
+        limit_(limit),
+        limit_name_(limit_name),
+        stranded_(stranded) {
     if (limit != 0)
       std::snprintf(message_, sizeof message_,
                     "vram: out of memory in %s: %zu bytes requested (%zu live, %zu reserved; its %s is %zu bytes)",
@@ -55,6 +114,13 @@ class out_of_memory : public std::bad_alloc {
   [[nodiscard]] const vram::stats& stats() const noexcept { return stats_; }
   /// The configured cap that refused (0: none; the upstream ran out).
   [[nodiscard]] std::size_t limit() const noexcept { return limit_; }
+  /// The free memory other streams' queued work kept in pieces (streams == 0: none).
+  [[nodiscard]] const stream_stranding& stranded() const noexcept { return stranded_; }
+
+  /// Who held the memory (tenants == 0: nobody said). A tracker_adaptor attaches them to the
+  /// exception as it passes (caught by reference and rethrown, so its type is kept).
+  [[nodiscard]] const memory_holders& holders() const noexcept { return holders_; }
+  void attach_holders(const memory_holders& h) noexcept { holders_ = h; }
 
   /// What ran out, read off the numbers the resource gave.
   enum class reason : std::uint8_t {
@@ -63,8 +129,12 @@ class out_of_memory : public std::bad_alloc {
     capped,      ///< its configured cap (limit()) left less room than the request
     quota,       ///< a tenant's hard limit (quota_exceeded)
     budgets,     ///< budget_slab's device and spill budgets (budgets_exhausted)
+    stranded,    ///< adjacent free blocks would hold it merged, but some are keyed to streams with queued work
   };
+  /// Stranding comes first: waiting for a stream is the cheapest remedy, and a capped or
+  /// fragmented pool whose stranded blocks would merge needs neither more room nor fewer holes.
   [[nodiscard]] virtual reason cause() const noexcept {
+    if (stranded_.streams != 0 && stranded_.largest_run >= bytes_) return reason::stranded;
     if (limit_ != 0) return reason::capped;
     if (stats_.free_bytes >= bytes_ && stats_.largest_free_block < bytes_) return reason::fragmented;
     return reason::exhausted;
@@ -81,6 +151,7 @@ class out_of_memory : public std::bad_alloc {
       s += " in " + std::to_string(stats_.free_blocks) + " blocks, the largest " + format_bytes(stats_.largest_free_block);
     s += ".\n";
     switch (cause()) {
+      case reason::stranded: s += explain_stranding(); break;
       case reason::capped:
         s += std::string("cause: its ") + limit_name_ + " (" + format_bytes(limit_) + ") leaves less room than the request.\n" +
              "would serve it: a larger " + limit_name_ + ", or freeing " + format_bytes(bytes_) + " of what it holds.";
@@ -96,19 +167,80 @@ class out_of_memory : public std::bad_alloc {
              "device.";
         break;
     }
-    return s;
+    return s + held_by();
   }
 
  protected:
+  /// "\nheld by: tenant 'a' 3.00 GiB, 'b' 1.00 GiB; tags: 'kv_cache' 2.00 GiB, (untagged) 2.00 GiB"
+  /// when holders are attached, else empty: the last line of every explain().
+  [[nodiscard]] std::string held_by() const {
+    const memory_holders& h = holders_;
+    if (h.tenants == 0) return {};
+    auto list = [](const auto& entries, std::size_t n, std::size_t total) {
+      std::string out;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (i != 0) out += ", ";
+        out += entries[i].name[0] != '\0' ? "'" + std::string(entries[i].name.data()) + "' " : std::string("(untagged) ");
+        out += format_bytes(entries[i].bytes);
+      }
+      if (total > n) out += ", and " + std::to_string(total - n) + " more";
+      return out;
+    };
+    std::string s = "\nheld by: tenant " + list(h.tenant, h.tenants, h.total_tenants);
+    bool only_untagged = h.tags == 1 && h.total_tags == 1 && h.tag[0].name[0] == '\0';
+    if (h.tags != 0 && !only_untagged) s += "; tags: " + list(h.tag, h.tags, h.total_tags);
+    return s + ".";
+  }
+
   char message_[256];  // protected: derived errors format their own message
 
  private:
+  /// How an explanation names a stream: by its key, the handle a profiler shows.
+  static std::string stream_name(std::uintptr_t key) {
+    if (key == 1) return "the CUDA default stream";  // stream_ref::cuda_default()'s key
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "stream 0x%" PRIxPTR, key);
+    return buf;
+  }
+
+  /// The cause and remedy lines of reason::stranded.
+  [[nodiscard]] std::string explain_stranding() const {
+    const stream_stranding& st = stranded_;
+    std::string s = "cause: stranding: " + format_bytes(st.bytes) + " of its free blocks are keyed to " +
+                    std::to_string(st.streams) + (st.streams == 1 ? " other stream" : " other streams") +
+                    " with queued work, and do not merge with the free blocks beside them until that work is done; "
+                    "ignoring stream keys, its largest run of adjacent free blocks is " +
+                    format_bytes(st.largest_run) + ".\nstranded: ";
+    std::string names;
+    for (std::size_t i = 0; i < st.listed; ++i) {
+      const stranded_stream& x = st.stream[i];
+      if (i != 0) {
+        s += "; ";
+        names += i + 1 == st.listed && st.streams == st.listed ? " and " : ", ";
+      }
+      s += stream_name(x.stream_key) + " holds " + format_bytes(x.free_bytes) + " free (largest block " +
+           format_bytes(x.largest_block) + ")";
+      names += stream_name(x.stream_key);
+    }
+    if (st.streams > st.listed) {
+      s += "; and " + std::to_string(st.streams - st.listed) + " more streams";
+      names += " and the " + std::to_string(st.streams - st.listed) + " others";
+    }
+    const bool one = st.streams == 1;
+    s += ".\nwould serve it: waiting for " + names + (one ? " (synchronize it, or let its" : " (synchronize them, or let their") +
+         " queued work finish): " + (one ? "its" : "their") +
+         " free blocks then merge with the ones beside them when the request is made again.";
+    return s;
+  }
+
   const char* resource_;
   std::size_t bytes_;
   stream_ref stream_;
   vram::stats stats_;
   std::size_t limit_;
   const char* limit_name_;
+  stream_stranding stranded_;
+  memory_holders holders_;
 };
 
 /// Thrown before the upstream is touched: granting `bytes` to `requester` would take
@@ -145,7 +277,7 @@ class quota_exceeded : public out_of_memory {
            " requested by tenant id " + std::to_string(requester_.id) + ".\ncause: tenant '" + tenant_name_ + "' (id " +
            std::to_string(limited_.id) + ") uses " + format_bytes(usage_) + " of its " + format_bytes(limit_) +
            " hard limit.\nwould serve it: a hard limit of at least " + format_bytes(usage_ + bytes()) + ", or freeing " +
-           format_bytes(usage_ + bytes() - limit_) + " of what '" + tenant_name_ + "' holds.";
+           format_bytes(usage_ + bytes() - limit_) + " of what '" + tenant_name_ + "' holds." + held_by();
   }
 
  private:
@@ -179,7 +311,7 @@ class budgets_exhausted : public out_of_memory {
   [[nodiscard]] reason cause() const noexcept override { return reason::budgets; }
   [[nodiscard]] std::string explain() const override {
     return std::string(what()) + ".\ncause: both budgets are full.\nwould serve it: a larger spill budget, or freeing "
-                                 "device or spilled memory.";
+                                 "device or spilled memory." + held_by();
   }
   [[nodiscard]] std::size_t device_budget() const noexcept { return device_budget_; }
   /// ~0 when the spill budget is unlimited.

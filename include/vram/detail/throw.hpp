@@ -14,8 +14,9 @@ namespace vram::detail {
 [[noreturn, gnu::cold, gnu::noinline]] inline void throw_out_of_memory(const char* resource, std::size_t bytes,
                                                                      stream_ref stream, const stats& snapshot = {},
                                                                      std::size_t limit = 0,
-                                                                     const char* limit_name = "limit") {
-  throw out_of_memory(resource, bytes, stream, snapshot, limit, limit_name);
+                                                                     const char* limit_name = "limit",
+                                                                     const stream_stranding& stranded = {}) {
+  throw out_of_memory(resource, bytes, stream, snapshot, limit, limit_name, stranded);
 }
 
 [[noreturn, gnu::cold, gnu::noinline]] inline void throw_quota_exceeded(const char* resource, std::size_t bytes,

@@ -25,6 +25,7 @@
 #include <vram/core/tenant.hpp>
 #include <vram/detail/throw.hpp>
 #include <vram/adaptor/detail/tracker/export.hpp>
+#include <vram/adaptor/detail/tracker/holders.hpp>
 #include <vram/adaptor/detail/tracker/pending.hpp>
 #include <vram/adaptor/detail/tracker/records.hpp>
 #include <vram/adaptor/detail/tracker/steps.hpp>
@@ -271,6 +272,16 @@ struct tracker_state {
     }
   }
 
+  /// Attaches to `e` the tenants and tags holding the most live bytes now. Without host memory
+  /// for the summary `e` stays as it was: the error being thrown must not become another.
+  void attach_holders(out_of_memory& e) noexcept {
+    try {
+      tracker_snapshot now = summarize(live_copy(), *options.registry, 0);
+      e.attach_holders(top_holders(now.by_tenant, now.by_tag));
+    } catch (...) {
+    }
+  }
+
   // The readers poll first, so a snapshot shows every completion the streams have reached.
   /// Closes a step (see step_book); `reserved`: the upstream's reserved bytes now.
   step_summary mark_step(std::size_t reserved) {
@@ -389,6 +400,7 @@ static tracker_snapshot summarize(const std::vector<tracked_allocation>& live, c
   }
   std::sort(s.by_tenant.begin(), s.by_tenant.end(), by_bytes);
   std::sort(s.by_tag.begin(), s.by_tag.end(), by_bytes);
+  if (top == 0) return s;  // no copy of every record for an empty list
   s.largest = live;
   std::sort(s.largest.begin(), s.largest.end(), [](auto& a, auto& b) { return a.bytes > b.bytes; });
   if (s.largest.size() > top) s.largest.resize(top);
