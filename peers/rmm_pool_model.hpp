@@ -150,6 +150,14 @@ class rmm_pool_model {
     return stats_locked();
   }
 
+  /// Calls f(bytes) for every block of every stream's free list.
+  template <class F>
+  void for_each_free_block(F&& f) const {
+    std::lock_guard lock(mutex_);
+    for (const auto& [key, list] : lists_)
+      for (const block& b : list.blocks) f(b.size);
+  }
+
  private:
   struct block {
     char* ptr = nullptr;

@@ -1,5 +1,6 @@
-// The HTML pages render in headless Chromium: vram-replay's report (each allocator's line
-// drawn) and vram-fit's answer (each category's bar drawn). Each page loads without network,
+// The HTML pages render in headless Chromium: vram-replay's report (each allocator drawn in
+// every figure, each figure alone through its #id, the tenants' bands, the timelines zoomed
+// by the page's script) and vram-fit's answer (each category's bar drawn). Each page loads without network,
 // and what it draws is counted in the screenshot (its colour's pixels, beyond what the
 // legends hold). The screenshot is kept in the build folder as an artifact. Chromium comes
 // from scripts/setup (Debian's `chromium`), zlib (to read the PNG) too; where either is
@@ -83,12 +84,13 @@ std::map<std::uint32_t, std::size_t> colour_counts(const std::string& png) {
   return counts;
 }
 
-/// Renders `html` in headless Chromium at `size` ("1000,2400") and counts the screenshot's colours.
+/// Renders `html` (with `suffix`: "#figure-id", "?query") in headless Chromium at `size`
+/// ("1000,2400") and counts the screenshot's colours.
 std::map<std::uint32_t, std::size_t> render(const std::filesystem::path& html, const std::filesystem::path& png,
-                                            const char* size) {
+                                            const char* size, const std::string& suffix = "") {
   std::filesystem::remove(png);
   std::string command = chromium() + " --headless --no-sandbox --disable-gpu --window-size=" + size + " --screenshot='" +
-                        png.string() + "' 'file://" + html.string() + "' > /dev/null 2>&1";
+                        png.string() + "' 'file://" + html.string() + suffix + "' > /dev/null 2>&1";
   CHECK(std::system(command.c_str()) == 0);
   REQUIRE(std::filesystem::exists(png));
   std::ifstream in(png, std::ios::binary);
@@ -108,6 +110,76 @@ TEST_CASE("vram-replay --html renders in headless chromium, every allocator's li
     INFO("colour " << std::hex << colour);
     CHECK(counts[colour] > 1000);
   }
+  WARN("screenshot: " << png.string());
+}
+
+/// The DOM of `html` once its script has run, as headless Chromium prints it.
+std::string rendered_dom(const std::filesystem::path& html, const std::string& suffix) {
+  std::filesystem::path dom = html;
+  dom += ".dom";
+  std::string command = chromium() + " --headless --no-sandbox --disable-gpu --dump-dom 'file://" + html.string() + suffix +
+                        "' > '" + dom.string() + "' 2> /dev/null";
+  CHECK(std::system(command.c_str()) == 0);
+  std::ifstream in(dom);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST_CASE("vram-replay's report: each figure alone is drawn, the tenants stacked, the timelines zoomed by its script") {
+  namespace fs = std::filesystem;
+  // An RMM log as the tracker writes it: three tenants, each with its own churn, a long-lived
+  // block per tenant, on two streams.
+  fs::path log = fs::absolute("vram_replay_tenants.csv"), html = fs::absolute("vram_replay_tenants.html");
+  {
+    std::ofstream out(log);
+    out << "Thread,Time,Action,Pointer,Size,Stream,Tenant\n";
+    const char* tenants[] = {"serving/llama", "train", "\"batch, nightly\""};
+    std::uint64_t address = 0x7f0000000000;
+    for (int round = 0; round < 300; ++round)
+      for (int t = 0; t < 3; ++t) {
+        std::uint64_t size = std::uint64_t(1 + t) << (20 + round % 4), a = address += 64 << 20;
+        out << "1,00:00:01.000000,allocate,0x" << std::hex << a << std::dec << "," << size << ",0x" << t % 2 << ","
+            << tenants[t] << "\n";
+        if (round % 5 != 0)  // every fifth block stays: each tenant's bytes grow
+          out << "1,00:00:01.000000,free,0x" << std::hex << a << std::dec << "," << size << ",0x" << t % 2 << ","
+              << tenants[t] << "\n";
+      }
+  }
+  REQUIRE(std::system((std::string("'") + VRAM_REPLAY_EXE + "' --no-timing --html '" + html.string() + "' '" + log.string() +
+                       "' > /dev/null 2>&1").c_str()) == 0);
+  fs::path png = fs::absolute("vram_replay_figure.png");
+  // Each figure alone is the page. The largest free block over time: a line for each
+  // allocator that reports one (pool-contiguous, pool-segments, arena, rmm-pool-model; the
+  // bare device, upstream, holds no free blocks); a legend's swatch is 40 pixels.
+  auto largest = render(html, png, "1000,700", "#t0-largest-free");
+  for (std::uint32_t colour : {0x1f77b4u, 0xd62728u, 0x2ca02cu, 0xff7f0eu}) {
+    INFO("largest free block, colour " << std::hex << colour);
+    CHECK(largest[colour] > 150);
+  }
+  CHECK(largest[0x9467bdu] == 0);
+  // The free bytes at peak by block size: bars of the allocators that hold free bytes there
+  // (pool-contiguous holds almost none: it reserves 1.000 of live); a legend's box is 160 pixels.
+  auto sizes = render(html, png, "1000,700", "#t0-free-sizes");
+  for (std::uint32_t colour : {0xd62728u, 0x2ca02cu, 0xff7f0eu}) {
+    INFO("free sizes, colour " << std::hex << colour);
+    CHECK(sizes[colour] > 400);
+  }
+  CHECK(sizes[0x9467bdu] == 0);
+  // The three tenants, stacked bands of the first three colours, each many pixels; no fourth
+  // band (no allocation without a tenant).
+  auto tenants = render(html, png, "1000,700", "#t0-tenants");
+  for (std::uint32_t colour : {0x1f77b4u, 0xd62728u, 0x2ca02cu}) {
+    INFO("tenant colour " << std::hex << colour);
+    CHECK(tenants[colour] > 2000);
+  }
+  CHECK(tenants[0x9467bdu] == 0);
+  std::string page = rendered_dom(html, "");
+  CHECK(page.find("batch, nightly") != std::string::npos);
+  CHECK(page.find("serving/llama") != std::string::npos);
+  // ?zoom=0.25,0.5: every timeline stretched four times, its x labels rewritten to the range.
+  std::string zoomed = rendered_dom(html, "?zoom=0.25,0.5");
+  CHECK(zoomed.find("scale(4 1)") != std::string::npos);
+  CHECK(zoomed.find("data-view=\"0.25,0.5\"") != std::string::npos);
+  CHECK(page.find("scale(4 1)") == std::string::npos);
   WARN("screenshot: " << png.string());
 }
 

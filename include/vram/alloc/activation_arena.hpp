@@ -255,15 +255,22 @@ class activation_arena : public forward_properties<activation_arena<Upstream, Ob
     s.live_allocations = live_count();
     s.total_deallocations = s.total_allocations - s.live_allocations;
     s.free_bytes = s.reserved_bytes - s.live_bytes;
-    // Bumpable space: the rest of the current chunk and every chunk after it.
+    for_each_free_block([&](std::size_t room) {
+      ++s.free_blocks;
+      s.largest_free_block = std::max(s.largest_free_block, room);
+    });
+    return s;
+  }
+
+  /// Calls f(bytes) for each bumpable free block: the rest of the current chunk and every
+  /// chunk after it (space below a top, dead or not, is not free until the top falls). O(chunks).
+  template <class F>
+  void for_each_free_block(F&& f) const {
     for (std::size_t i = current_; i < chunks_.size(); ++i) {
       const auto& c = chunks_[i];
       std::size_t room = c.epoch != epoch_ ? c.bytes() : &c == hot_ ? static_cast<std::size_t>(limit_ - top_) : c.room();
-      if (room == 0) continue;
-      ++s.free_blocks;
-      s.largest_free_block = std::max(s.largest_free_block, room);
+      if (room != 0) f(room);
     }
-    return s;
   }
 
   /// Verifies the invariants (block order, tops, live byte totals); throws std::logic_error.

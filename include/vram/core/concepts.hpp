@@ -72,6 +72,12 @@ concept has_contiguous_growth = requires(const R& r) {
   { r.granularity() } -> std::convertible_to<std::size_t>;
 };
 
+/// `for_each_free_block(f)`: calls f(bytes) for every free block the resource holds from its
+/// upstream, the pieces its free memory is in (what fragmentation is made of). For reports:
+/// O(free blocks), under the resource's lock.
+template <class R>
+concept has_free_blocks = requires(const R& r, void (*f)(std::size_t)) { r.for_each_free_block(f); };
+
 /// A resource name (a string literal) used in errors and reports.
 template <class R>
 concept has_name = requires(const R& r) {

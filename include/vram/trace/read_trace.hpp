@@ -380,7 +380,7 @@ inline trace read_lifetime_csv(std::string_view text, const std::string& source)
   });
   t.events.reserve(rows.size());
   for (const auto& r : rows)
-    t.events.push_back({r.alloc ? event::op::alloc : event::op::free, 0, r.id, r.bytes, r.time});
+    t.events.push_back({r.alloc ? event::op::alloc : event::op::free, 0, 0, r.id, r.bytes, r.time});
   // Renumber the buffers densely, in allocation order (each buffer's free follows its alloc).
   std::vector<std::uint64_t> ids(rows.size() / 2);
   std::uint64_t next = 0;
@@ -431,7 +431,7 @@ class vram_trace_parser {
       case 'A': {
         auto [it, fresh] = live_.try_emplace(id, block{next_id_, bytes});
         if (!fresh) return t_.warn(where() + ": id allocated again while live: skipped");
-        vram::trace::event e{vram::trace::event::op::alloc, s, next_id_++, bytes, time};
+        vram::trace::event e{vram::trace::event::op::alloc, 0, s, next_id_++, bytes, time};
         if (op == 'L') {
           t_.events.push_back(e);
           ++t_.initial_live;
@@ -445,7 +445,7 @@ class vram_trace_parser {
         window_ = true;
         auto it = live_.find(id);
         if (it == live_.end()) return t_.warn(where() + ": free of an id that is not live: skipped");
-        emit({vram::trace::event::op::free, s, it->second.id, it->second.bytes, time});
+        emit({vram::trace::event::op::free, 0, s, it->second.id, it->second.bytes, time});
         live_.erase(it);
         return;
       }

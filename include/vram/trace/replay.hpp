@@ -38,7 +38,25 @@ struct series_point {
   std::size_t event = 0;
   std::uint64_t live_bytes = 0;
   std::uint64_t reserved_bytes = 0;
+  std::uint64_t largest_free_block = 0;  ///< the allocator's, where its stats() report it
   std::optional<std::uint64_t> recorded_reserved_bytes;
+  /// Live bytes per tenant (by event::tenant), where the trace names tenants.
+  std::vector<std::uint64_t> live_by_tenant;
+};
+
+/// An allocator's free blocks by size class: class k holds the blocks of [2^k, 2^(k+1)) bytes.
+struct free_block_histogram {
+  bool captured = false;  ///< false: the allocator cannot list its free blocks, or peak live was not reached
+  std::size_t at_event = 0;
+  std::uint64_t blocks[64] = {};
+  std::uint64_t bytes[64] = {};
+
+  void add(std::size_t size) noexcept {
+    if (size == 0) return;
+    int k = 63 - __builtin_clzll(size);
+    ++blocks[k];
+    bytes[k] += size;
+  }
 };
 
 /// The figures of one (trace, allocator) replay.
@@ -63,6 +81,8 @@ struct replay_result {
   double ns_clock = 0;
   std::optional<std::uint64_t> recorded_reserved_bytes;  ///< the recording allocator's peak, if known
   std::vector<series_point> series;
+  /// The allocator's free blocks when live bytes first reach the trace's peak (has_free_blocks).
+  free_block_histogram free_blocks_at_peak;
 
   /// peak reserved / peak live: 1.0 is a perfect allocator (0 when nothing was live).
   [[nodiscard]] double reserved_per_live() const noexcept {
@@ -77,6 +97,8 @@ struct replay_result {
 /// is freed, untimed, so `r` ends empty. `stats_of()` is called only at new peaks of live
 /// bytes and at series points, so the replay's own bookkeeping stays out of the allocator's
 /// caches between timed operations; the peak of reserved bytes comes from the final stats.
+/// Where `r` lists its free blocks (has_free_blocks), they are counted by size class once,
+/// when live bytes first reach the trace's peak.
 template <resource R, class StatsOf>
 replay_result replay(const trace& t, R& r, StatsOf&& stats_of, const std::vector<stream_ref>& streams,
                      const replay_options& options = {}) {
@@ -91,7 +113,10 @@ replay_result replay(const trace& t, R& r, StatsOf&& stats_of, const std::vector
     void* p;
     std::uint64_t bytes;
     std::uint32_t stream;
+    std::uint16_t tenant;
   };
+  std::vector<std::uint64_t> tenant_live(t.tenants.size(), 0);
+  const std::uint64_t trace_peak = t.peak_live_bytes();
   std::unordered_map<std::uint64_t, live_block> live_blocks;
   detail::trace::timing_histogram ns;
   auto elapsed = [](std::chrono::steady_clock::time_point start) {
@@ -138,8 +163,16 @@ replay_result replay(const trace& t, R& r, StatsOf&& stats_of, const std::vector
       }
       if (i >= t.initial_live) ++out.allocs;
       if (p != nullptr || e.bytes == 0) {  // a refused allocation is skipped, and so is its free
-        live_blocks[e.id] = {p, e.bytes, e.stream};
+        live_blocks[e.id] = {p, e.bytes, e.stream, e.tenant};
         live += e.bytes;
+        if (e.tenant < tenant_live.size()) tenant_live[e.tenant] += e.bytes;
+        if constexpr (has_free_blocks<R>) {
+          if (live == trace_peak && !out.free_blocks_at_peak.captured) {  // the first time: once per replay
+            out.free_blocks_at_peak.captured = true;
+            out.free_blocks_at_peak.at_event = i;
+            r.for_each_free_block([&](std::size_t size) { out.free_blocks_at_peak.add(size); });
+          }
+        }
         if (live > out.peak_live_bytes) {
           vram::stats s = stats_of();
           out.peak_live_bytes = live;
@@ -156,15 +189,16 @@ replay_result replay(const trace& t, R& r, StatsOf&& stats_of, const std::vector
           if (timed) ns.add(elapsed(start));
         }
         live -= it->second.bytes;
+        if (it->second.tenant < tenant_live.size()) tenant_live[it->second.tenant] -= it->second.bytes;
         live_blocks.erase(it);
       }
     }
     while (recorded < t.recorded_reserved.size() && t.recorded_reserved[recorded].event_index <= i + 1)
       recorded_now = t.recorded_reserved[recorded++].reserved_bytes;
     if (i % every == 0 || i + 1 == total) {
-      std::uint64_t reserved = stats_of().reserved_bytes;
-      out.peak_reserved_bytes = std::max(out.peak_reserved_bytes, reserved);
-      out.series.push_back({i, live, reserved, recorded_now});
+      vram::stats now = stats_of();
+      out.peak_reserved_bytes = std::max<std::uint64_t>(out.peak_reserved_bytes, now.reserved_bytes);
+      out.series.push_back({i, live, now.reserved_bytes, now.largest_free_block, recorded_now, tenant_live});
     }
     if (options.progress && i % progress_every == 0) options.progress(i, total);
     ++i;

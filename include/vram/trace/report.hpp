@@ -1,6 +1,7 @@
 #pragma once
 // Reports of replay results: a text table per trace, JSON (one object per trace x allocator)
-// and one self-contained HTML page with inline SVG plots (no scripts, nothing from the network).
+// and one self-contained HTML page with inline SVG plots (one inline script zooms them; nothing
+// from the network).
 
 #include <algorithm>
 #include <cstdio>
@@ -109,23 +110,166 @@ inline void write_json(std::ostream& out, const std::vector<replay_result>& resu
 }
 
 
-/// One self-contained HTML page: per trace, the table, live vs reserved over time per
-/// allocator, and the waste (1 - live / reserved) over time.
+}  // namespace vram::trace
+
+namespace vram::detail::trace {
+
+/// The page's one script: drag across a timeline to zoom every timeline of its trace into
+/// that range of events, double-click to see them all again; `?zoom=A,B` (fractions of the
+/// axis) opens the page zoomed. It moves each chart's <g class="zoom"> and rewrites its x
+/// labels (vram/trace/detail/svg_chart.hpp draws both).
+inline constexpr const char* zoom_script = R"(<script>
+(function () {
+  const left = 80, width = 620;
+  function view(svg, a, b) {
+    const k = 1 / (b - a);
+    svg.querySelector('g.zoom').setAttribute('transform',
+        'translate(' + (left - k * (left + a * width)) + ' 0) scale(' + k + ' 1)');
+    const max = Number(svg.dataset.xMax);
+    svg.querySelectorAll('text.xtick').forEach(function (t) {
+      t.textContent = Math.round((a + Number(t.dataset.f) * (b - a)) * max).toLocaleString('en-US');
+    });
+    svg.dataset.view = a + ',' + b;
+  }
+  function zoom(section, a, b) {
+    section.querySelectorAll('svg.timeline').forEach(function (svg) { view(svg, a, b); });
+  }
+  document.querySelectorAll('section.trace').forEach(function (section) {
+    section.querySelectorAll('svg.timeline').forEach(function (svg) {
+      let start = null;
+      function at(e) {  // the event fraction under the pointer, in the current view
+        const box = svg.getBoundingClientRect();
+        const x = (e.clientX - box.left) * 900 / box.width;
+        const ab = (svg.dataset.view || '0,1').split(',').map(Number);
+        return ab[0] + Math.min(1, Math.max(0, (x - left) / width)) * (ab[1] - ab[0]);
+      }
+      svg.addEventListener('mousedown', function (e) { start = at(e); e.preventDefault(); });
+      svg.addEventListener('mouseup', function (e) {
+        if (start === null) return;
+        const end = at(e);
+        if (Math.abs(end - start) > 1e-6) zoom(section, Math.min(start, end), Math.max(start, end));
+        start = null;
+      });
+      svg.addEventListener('dblclick', function () { zoom(section, 0, 1); });
+    });
+  });
+  const asked = new URLSearchParams(location.search).get('zoom');
+  if (asked) {
+    const ab = asked.split(',').map(Number);
+    if (ab.length === 2 && ab[0] >= 0 && ab[1] <= 1 && ab[0] < ab[1])
+      document.querySelectorAll('section.trace').forEach(function (s) { zoom(s, ab[0], ab[1]); });
+  }
+})();
+</script>
+)";
+
+/// "4 KiB", "1 MiB": the lower bound of free-block size class k.
+inline std::string size_class_label(int k) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  return std::to_string(std::uint64_t{1} << (k % 10)) + " " + units[k / 10];
+}
+
+/// "live bytes by tenant": the trace's tenants stacked over time (the six that hold most at
+/// the peak, the rest together), from the replay's series.
+inline std::string tenant_chart(const std::string& id, const vram::trace::trace& t, const vram::trace::replay_result& r) {
+  std::size_t n = t.tenants.size(), peak_at = 0;
+  for (std::size_t i = 0; i < r.series.size(); ++i)
+    if (r.series[i].live_bytes > r.series[peak_at].live_bytes) peak_at = i;
+  std::vector<std::size_t> order;  // the tenants that ever hold bytes
+  for (std::size_t i = 0; i < n; ++i)
+    if (std::any_of(r.series.begin(), r.series.end(),
+                    [&](const auto& p) { return i < p.live_by_tenant.size() && p.live_by_tenant[i] != 0; }))
+      order.push_back(i);
+  n = order.size();
+  auto at_peak = [&](std::size_t tenant) {
+    const auto& v = r.series.empty() ? std::vector<std::uint64_t>{} : r.series[peak_at].live_by_tenant;
+    return tenant < v.size() ? v[tenant] : 0;
+  };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return at_peak(a) > at_peak(b); });
+  const std::size_t shown = std::min<std::size_t>(n, 6);
+  std::vector<line> bands;
+  double y_max = 0;
+  for (std::size_t b = 0; b < shown + (n > shown ? 1 : 0); ++b) {
+    std::string label = b < shown ? (t.tenants[order[b]].empty() ? "(no tenant)" : t.tenants[order[b]]) : "others";
+    line band{label, colour(b), {}};
+    for (const auto& p : r.series) {
+      double below = bands.empty() ? 0.0 : bands.back().points[band.points.size()].second;
+      double mine = 0;
+      if (b < shown) mine = order[b] < p.live_by_tenant.size() ? double(p.live_by_tenant[order[b]]) : 0.0;
+      else
+        for (std::size_t o = shown; o < n; ++o) mine += order[o] < p.live_by_tenant.size() ? double(p.live_by_tenant[order[o]]) : 0.0;
+      band.points.emplace_back(double(p.event), below + mine);
+      y_max = std::max(y_max, below + mine);
+    }
+    bands.push_back(std::move(band));
+  }
+  return chart(id, "live bytes by tenant (" + r.allocator + "'s replay)", bands, y_max * 1.05, true, true);
+}
+
+/// "free blocks at peak live, by size": per size class, the bytes each allocator held free
+/// in blocks of that class when live bytes first reached their peak.
+inline std::string free_size_chart(const std::string& id, const std::vector<vram::trace::replay_result>& results) {
+  int lo = 64, hi = -1;
+  for (const auto& r : results)
+    if (r.error.empty() && r.free_blocks_at_peak.captured)
+      for (int k = 0; k < 64; ++k)
+        if (r.free_blocks_at_peak.blocks[k] != 0) {
+          lo = std::min(lo, k);
+          hi = std::max(hi, k);
+        }
+  if (hi < 0) return "<p>No allocator held free blocks at the peak.</p>\n";
+  std::vector<std::string> categories;
+  for (int k = lo; k <= hi; ++k) categories.push_back(size_class_label(k));
+  std::vector<bar_series> series;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
+    if (!r.error.empty() || !r.free_blocks_at_peak.captured) continue;
+    bar_series b{r.allocator, colour(i), {}, {}};
+    for (int k = lo; k <= hi; ++k) {
+      b.values.push_back(double(r.free_blocks_at_peak.bytes[k]));
+      b.notes.push_back(r.allocator + ": " + format_count(double(r.free_blocks_at_peak.blocks[k])) +
+                        " free blocks of " + size_class_label(k) + " .. " + size_class_label(k + 1) + ", " +
+                        format_bytes(double(r.free_blocks_at_peak.bytes[k])));
+    }
+    series.push_back(std::move(b));
+  }
+  return bar_chart(id, "free bytes at peak live, by the size of the block they are in", categories,
+                                        series);
+}
+
+}  // namespace vram::detail::trace
+
+namespace vram::trace {
+
+/// One self-contained HTML page (nothing fetched from the network): per trace, the table,
+/// then live vs reserved, the waste, and the largest free block over time (timelines that
+/// zoom together), the free blocks at peak live by size, and live bytes by tenant where the
+/// trace names tenants. Each figure has an id (t<trace>-<figure>); page.html#t0-free-sizes
+/// shows that figure alone.
 inline void write_html(std::ostream& out, const std::vector<std::pair<const trace*, std::vector<replay_result>>>& runs) {
-  using detail::trace::chart;
-  using detail::trace::colour;
-  using detail::trace::escape_html;
-  using detail::trace::line;
+  using vram::detail::trace::chart;
+  using vram::detail::trace::colour;
+  using vram::detail::trace::escape_html;
+  using vram::detail::trace::format_count;
+  using vram::detail::trace::line;
   out << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>vram-replay report</title>\n"
          "<style>body{font-family:sans-serif;margin:2em;max-width:1000px}table{border-collapse:collapse}"
-         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee}"
-         "td:first-child{text-align:left}</style></head><body>\n<h1>vram-replay report</h1>\n"
+         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td{white-space:nowrap}th{background:#eee}"
+         "td:first-child{text-align:left}figure{margin:0.5em 0}svg.timeline{cursor:crosshair}"
+         "body:has(figure:target) :is(h1,h2,p,table,figure:not(:target)){display:none}</style></head><body>\n"
+         "<h1>vram-replay report</h1>\n"
          "<p>Peak live is the lower bound no allocator can beat; peak reserved is what each allocator held from "
-         "the (simulated) device. Waste = 1 - live / reserved.</p>\n";
-  for (const auto& [t, results] : runs) {
-    out << "<h2>" << escape_html(t->name) << "</h2>\n<p>" << escape_html(t->format) << ": " << t->allocs()
-        << " allocations, " << t->frees() << " frees, " << t->initial_live << " blocks live at the start, "
-        << t->streams << " stream(s), " << t->warnings << " warning(s).</p>\n";
+         "the (simulated) device. Waste = 1 - live / reserved. Drag across a timeline to zoom into those events "
+         "(every timeline of the trace follows); double-click to see them all.</p>\n";
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    const auto& [t, results] = runs[k];
+    const std::string id = "t" + std::to_string(k);
+    out << "<section class=\"trace\" id=\"" << id << "\">\n<h2>" << escape_html(t->name) << "</h2>\n<p>"
+        << escape_html(t->format) << ": " << format_count(double(t->allocs())) << " allocations, "
+        << format_count(double(t->frees())) << " frees, " << format_count(double(t->initial_live))
+        << " blocks live at the start, " << t->streams << " stream(s), " << format_count(double(t->warnings))
+        << " warning(s)" << (t->tenants.size() > 1 ? ", " + format_count(double(t->tenants.size() - 1)) + " tenant(s)" : "")
+        << ".</p>\n";
     out << "<table><tr><th>allocator</th><th>peak live</th><th>peak reserved</th><th>reserved/live</th><th>OOMs</th>"
            "<th>upstream calls</th><th>p50 ns</th><th>p99 ns</th><th>recorded reserved</th></tr>\n";
     char buf[256];
@@ -135,33 +279,42 @@ inline void write_html(std::ostream& out, const std::vector<std::pair<const trac
         continue;
       }
       // As in the text table: the ratio to three decimals, nanoseconds as whole numbers.
-      std::snprintf(buf, sizeof buf, "%.3f</td><td>%zu</td><td>%zu</td><td>%.0f</td><td>%.0f", r.reserved_per_live(),
-                    r.ooms, r.upstream_allocations, r.ns_per_op_p50, r.ns_per_op_p99);
+      std::snprintf(buf, sizeof buf, "%.3f</td><td>", r.reserved_per_live());
       out << "<tr><td>" << escape_html(r.allocator) << "</td><td>" << format_bytes(double(r.peak_live_bytes))
           << "</td><td>" << format_bytes(double(r.peak_reserved_bytes)) << "</td><td>" << buf
-          << "</td><td>" << (r.recorded_reserved_bytes ? format_bytes(double(*r.recorded_reserved_bytes)) : "-")
-          << "</td></tr>\n";
+          << format_count(double(r.ooms)) << "</td><td>" << format_count(double(r.upstream_allocations)) << "</td><td>"
+          << format_count(r.ns_per_op_p50) << "</td><td>" << format_count(r.ns_per_op_p99) << "</td><td>"
+          << (r.recorded_reserved_bytes ? format_bytes(double(*r.recorded_reserved_bytes)) : "-") << "</td></tr>\n";
     }
     out << "</table>\n";
-    std::vector<line> bytes_lines, waste_lines;
-    double y_max = 0;
+    std::vector<line> bytes_lines, waste_lines, largest_lines;
+    double y_max = 0, largest_max = 0;
     for (std::size_t i = 0; i < results.size(); ++i) {
       const auto& r = results[i];
       if (!r.error.empty()) continue;
-      line reserved{r.allocator + " reserved", colour(i), {}}, waste{r.allocator, colour(i), {}};
+      line reserved{r.allocator + " reserved", colour(i), {}}, waste{r.allocator, colour(i), {}},
+          largest{r.allocator, colour(i), {}};
+      bool reports_largest = false;
       for (const auto& p : r.series) {
         reserved.points.emplace_back(double(p.event), double(p.reserved_bytes));
         waste.points.emplace_back(double(p.event),
                                   p.reserved_bytes == 0 ? 0.0 : 1.0 - double(p.live_bytes) / double(p.reserved_bytes));
+        largest.points.emplace_back(double(p.event), double(p.largest_free_block));
+        reports_largest = reports_largest || p.largest_free_block != 0;
         y_max = std::max(y_max, double(p.reserved_bytes));
+        largest_max = std::max(largest_max, double(p.largest_free_block));
       }
       bytes_lines.push_back(std::move(reserved));
       waste_lines.push_back(std::move(waste));
+      if (reports_largest) largest_lines.push_back(std::move(largest));  // (a bare device reports none)
     }
-    if (!results.empty() && results.front().error.empty()) {
+    const replay_result* first = nullptr;
+    for (const auto& r : results)
+      if (r.error.empty() && first == nullptr) first = &r;
+    if (first != nullptr) {
       line live{"live (all)", "#000000", {}, true};
       line recorded{"recorded reserved", "#7f7f7f", {}, true};
-      for (const auto& p : results.front().series) {
+      for (const auto& p : first->series) {
         live.points.emplace_back(double(p.event), double(p.live_bytes));
         y_max = std::max(y_max, double(p.live_bytes));
         if (p.recorded_reserved_bytes) {
@@ -172,10 +325,16 @@ inline void write_html(std::ostream& out, const std::vector<std::pair<const trac
       bytes_lines.push_back(std::move(live));
       if (!recorded.points.empty()) bytes_lines.push_back(std::move(recorded));
     }
-    out << chart("live vs reserved bytes", bytes_lines, y_max * 1.05, true);
-    out << chart("waste: 1 - live / reserved", waste_lines, 1.0, false);
+    out << chart(id + "-bytes", "live vs reserved bytes", bytes_lines, y_max * 1.05, true);
+    out << chart(id + "-waste", "waste: 1 - live / reserved", waste_lines, 1.0, false);
+    if (!largest_lines.empty())
+      out << chart(id + "-largest-free", "largest free block (the largest request it could serve without growing)",
+                   largest_lines, largest_max * 1.05, true);
+    out << vram::detail::trace::free_size_chart(id + "-free-sizes", results);
+    if (t->tenants.size() > 1 && first != nullptr) out << vram::detail::trace::tenant_chart(id + "-tenants", *t, *first);
+    out << "</section>\n";
   }
-  out << "</body></html>\n";
+  out << vram::detail::trace::zoom_script << "</body></html>\n";
 }
 
 }  // namespace vram::trace

@@ -17,6 +17,7 @@ namespace vram::trace {
 struct event {
   enum class op : std::uint8_t { alloc, free };
   op kind = op::alloc;
+  std::uint16_t tenant = 0;  ///< index into trace::tenants (0 where the trace names none)
   std::uint32_t stream = 0;  ///< dense stream index, 0 .. trace::streams - 1
   std::uint64_t id = 0;
   std::uint64_t bytes = 0;   ///< for frees: the size of the allocation being freed
@@ -56,6 +57,9 @@ struct trace {
   std::optional<streamed_window> streamed;  ///< set for a streamed trace: the rest of the events
   std::size_t initial_live = 0;  ///< leading allocs that were live before the window
   std::uint32_t streams = 1;
+  /// The tenants the trace names (an RMM log's Tenant column), by event::tenant; empty where
+  /// it names none. Index 0 is the tenant of the allocations it does not attribute ("").
+  std::vector<std::string> tenants;
   /// What the recording allocator held (PyTorch segment_alloc / Kineto "Total Reserved").
   std::vector<reserved_sample> recorded_reserved;
   std::optional<std::uint64_t> recorded_peak_reserved;

@@ -19,13 +19,13 @@ class emitter {
     t_.format = "generated";
   }
   std::uint64_t alloc(std::uint64_t bytes, std::uint32_t stream = 0) {
-    t_.events.push_back({vram::trace::event::op::alloc, stream, next_, bytes, tick_++});
+    t_.events.push_back({vram::trace::event::op::alloc, 0, stream, next_, bytes, tick_++});
     sizes_.push_back(bytes);
     t_.streams = std::max(t_.streams, stream + 1);
     return next_++;
   }
   void free(std::uint64_t id, std::uint32_t stream = 0) {
-    t_.events.push_back({vram::trace::event::op::free, stream, id, sizes_[id], tick_++});
+    t_.events.push_back({vram::trace::event::op::free, 0, stream, id, sizes_[id], tick_++});
   }
   vram::trace::trace finish() && { return std::move(t_); }
 

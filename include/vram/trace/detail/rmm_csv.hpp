@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <vram/trace/detail/json.hpp>
 #include <vram/trace/detail/text.hpp>
@@ -48,8 +49,9 @@ inline void write_rmm_csv_line(std::ostream& out, std::uint64_t thread, std::int
   }
 }
 
-/// An RMM log, a line at a time: a header naming at least Action, Pointer and Size (an
-/// optional Tenant column is ignored); `allocate failure` rows are skipped. The window's
+/// An RMM log, a line at a time: a header naming at least Action, Pointer and Size, and
+/// optionally Tenant (vram's column: the allocations' tenants, trace::tenants); `allocate
+/// failure` rows are skipped. The window's
 /// events go to the trace or, for a trace read as a stream, to `sink`. Throws
 /// vram::trace::trace_error.
 class rmm_csv_parser {
@@ -68,6 +70,7 @@ class rmm_csv_parser {
         if (f[i] == "Pointer") c_ptr_ = int(i);
         if (f[i] == "Size") c_size_ = int(i);
         if (f[i] == "Stream") c_stream_ = int(i);
+        if (f[i] == "Tenant") c_tenant_ = int(i);
       }
       if (c_action_ < 0 || c_ptr_ < 0 || c_size_ < 0)
         throw vram::trace::trace_error(source_ + ": line 1: an RMM log needs Action, Pointer and Size columns");
@@ -84,7 +87,7 @@ class rmm_csv_parser {
     // Time: "HH:MM:SS.ffffff" (or seconds); ordering comes from the line order anyway.
     std::int64_t t = c_time_ >= 0 ? parse_time(f[std::size_t(c_time_)]) : 0;
     auto action = f[std::size_t(c_action_)];
-    if (action == "allocate") b_.alloc(ptr, size, stream, t);
+    if (action == "allocate") b_.alloc(ptr, size, stream, t, tenant_of(line, f));
     else if (action == "free") b_.free(ptr, size, stream, t);
     else if (action != "allocate failure") b_.warn(tally_.bad(where() + ": unknown action: skipped"));
   }
@@ -110,7 +113,29 @@ class rmm_csv_parser {
 
   std::string source_;
   trace_builder b_;
-  int c_time_ = -1, c_action_ = -1, c_ptr_ = -1, c_size_ = -1, c_stream_ = -1;
+  /// The Tenant field; as the last column (as vram writes it) it is the rest of the line,
+  /// which may hold commas inside its quotes.
+  std::string tenant_of(std::string_view line, const std::vector<std::string_view>& f) const {
+    if (c_tenant_ < 0) return {};
+    auto at = std::size_t(c_tenant_);
+    if (at + 1 != columns_ || f.size() == columns_) return unquote(f[at]);
+    std::size_t from = 0;
+    for (std::size_t i = 0; i < at; ++i) from = line.find(',', from) + 1;
+    return unquote(trim(line.substr(from)));
+  }
+
+  /// A field as write_rmm_csv_line quotes it: "a,b" and "say ""x""" read back as written.
+  static std::string unquote(std::string_view field) {
+    if (field.size() < 2 || field.front() != '"' || field.back() != '"') return std::string(field);
+    std::string out;
+    for (std::size_t i = 1; i + 1 < field.size(); ++i) {
+      out += field[i];
+      if (field[i] == '"' && field[i + 1] == '"') ++i;
+    }
+    return out;
+  }
+
+  int c_time_ = -1, c_action_ = -1, c_ptr_ = -1, c_size_ = -1, c_stream_ = -1, c_tenant_ = -1;
   std::size_t columns_ = 0;
   row_tally tally_;
 };

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -27,16 +28,18 @@ class trace_builder {
     trace_.format = std::move(format);
   }
 
-  /// An allocation of `bytes` at `addr`.
-  void alloc(std::uint64_t addr, std::uint64_t bytes, std::uint64_t stream, std::int64_t time_ns) {
+  /// An allocation of `bytes` at `addr`, by the tenant named `tenant` ("": none named).
+  void alloc(std::uint64_t addr, std::uint64_t bytes, std::uint64_t stream, std::int64_t time_ns,
+             std::string_view tenant = {}) {
     if (auto it = live_.find(addr); it != live_.end()) {
       trace_.warn("allocation at a live address " + std::to_string(addr) + ": the old block is taken as freed");
       emit_free(it->second, stream, time_ns);
       live_.erase(it);
     }
     std::uint64_t id = next_id_++;
-    live_.emplace(addr, block{id, bytes});
-    emit({vram::trace::event::op::alloc, stream_index(stream), id, bytes, time_ns});
+    std::uint16_t t = tenant_index(tenant);
+    live_.emplace(addr, block{id, bytes, t});
+    emit({vram::trace::event::op::alloc, t, stream_index(stream), id, bytes, time_ns});
   }
 
   /// A free of `addr`; `bytes` is the recorded size (0 when the format has none).
@@ -48,8 +51,8 @@ class trace_builder {
         return;
       }
       // Allocated before recording began: it was live at the start.
-      block b{next_id_++, bytes};
-      initial_.push_back({vram::trace::event::op::alloc, stream_index(stream), b.id, bytes, 0});
+      block b{next_id_++, bytes, 0};
+      initial_.push_back({vram::trace::event::op::alloc, 0, stream_index(stream), b.id, bytes, 0});
       emit_free(b, stream, time_ns);
       return;
     }
@@ -61,8 +64,8 @@ class trace_builder {
   /// in the window explains it, it was live from the start and is never freed.
   void live_at_end(std::uint64_t addr, std::uint64_t bytes, std::uint64_t stream) {
     if (live_.count(addr) != 0 || bytes == 0) return;
-    live_.emplace(addr, block{next_id_, bytes});
-    initial_.push_back({vram::trace::event::op::alloc, stream_index(stream), next_id_++, bytes, 0});
+    live_.emplace(addr, block{next_id_, bytes, 0});
+    initial_.push_back({vram::trace::event::op::alloc, 0, stream_index(stream), next_id_++, bytes, 0});
   }
 
   /// `bytes` allocated before the window beyond the blocks its frees revealed: one block,
@@ -71,7 +74,7 @@ class trace_builder {
     std::uint64_t known = 0;
     for (const auto& e : initial_) known += e.bytes;
     if (bytes <= known) return;
-    initial_.push_back({vram::trace::event::op::alloc, 0, next_id_++, bytes - known, 0});
+    initial_.push_back({vram::trace::event::op::alloc, 0, 0, next_id_++, bytes - known, 0});
   }
 
   void recorded_reserved(std::uint64_t reserved) {
@@ -92,6 +95,10 @@ class trace_builder {
     // Samples count window events: shift them past the initial blocks.
     for (auto& s : trace_.recorded_reserved) s.event_index = std::min(s.event_index + n, n + window_events_);
     trace_.streams = static_cast<std::uint32_t>(std::max<std::size_t>(1, streams_.size()));
+    if (tenants_.size() > 1) {  // some allocation was attributed
+      trace_.tenants.resize(tenants_.size());
+      for (const auto& [name, index] : tenants_) trace_.tenants[index] = name;
+    }
     return std::move(trace_);
   }
 
@@ -99,15 +106,28 @@ class trace_builder {
   struct block {
     std::uint64_t id;
     std::uint64_t bytes;
+    std::uint16_t tenant;
   };
 
   void emit_free(const block& b, std::uint64_t stream, std::int64_t time_ns) {
-    emit({vram::trace::event::op::free, stream_index(stream), b.id, b.bytes, time_ns});
+    emit({vram::trace::event::op::free, b.tenant, stream_index(stream), b.id, b.bytes, time_ns});
   }
   void emit(const vram::trace::event& e) {
     ++window_events_;
     if (sink_) sink_(e);
     else trace_.events.push_back(e);
+  }
+
+  /// The tenant's index: 0 for "" (none named), new names in order of appearance. Beyond
+  /// 65,535 names the rest share the last index (a warning says so).
+  std::uint16_t tenant_index(std::string_view name) {
+    if (name.empty()) return 0;
+    if (auto it = tenants_.find(std::string(name)); it != tenants_.end()) return it->second;
+    if (tenants_.size() == 65535) {
+      warn("more than 65,534 tenants: '" + std::string(name) + "' and later ones are counted as the last");
+      return 65534;
+    }
+    return tenants_.emplace(std::string(name), static_cast<std::uint16_t>(tenants_.size())).first->second;
   }
 
   std::uint32_t stream_index(std::uint64_t stream) {
@@ -121,6 +141,7 @@ class trace_builder {
   std::vector<vram::trace::event> initial_;
   std::unordered_map<std::uint64_t, block> live_;  // recorded address -> live block
   std::unordered_map<std::uint64_t, std::uint32_t> streams_;
+  std::unordered_map<std::string, std::uint16_t> tenants_{{"", 0}};
   std::uint64_t next_id_ = 0;
 };
 
