@@ -21,6 +21,8 @@
 //   pool/statistics_adaptor         statistics_adaptor{vram::ref(pool)}
 //   pool/quota_adaptor              quota_adaptor over the pool, two levels
 //   pool/tracker_adaptor            tracker_adaptor over the pool
+//   pool/tracker_adaptor/event_log  the same, appending every event to its event log (a file in
+//                                   the temp directory, removed as soon as it is open)
 //   pool/statistics+quota+tracker   tracker{quota{statistics{ref(pool)}}}
 //   pool/ledger_quota_adaptor       ledger_quota_adaptor over the pool (charging each request)
 //   pool_over_ledger                the pool over ledger_quota_adaptor over its source, as the C
@@ -207,6 +209,13 @@ void pool_tracker(benchmark::State& state) {
   vram::tracker_adaptor r{vram::ref(pool)};
   pair_loop(state, r);
 }
+void pool_tracker_event_log(benchmark::State& state) {
+  pool_t pool;
+  std::string path = "/tmp/vram-bench-event-log-" + std::to_string(::getpid()) + ".csv";
+  vram::tracker_adaptor r{vram::ref(pool), vram::tracker_options{.event_log = path}};
+  ::unlink(path.c_str());  // the open log still writes; the disk space goes with it
+  pair_loop(state, r);
+}
 void pool_stack(benchmark::State& state) {
   pool_t pool;
   two_level_quota t;
@@ -242,6 +251,7 @@ BENCHMARK(pool_bare)->Name("pool/bare");
 BENCHMARK(pool_statistics)->Name("pool/statistics_adaptor");
 BENCHMARK(pool_quota)->Name("pool/quota_adaptor");
 BENCHMARK(pool_tracker)->Name("pool/tracker_adaptor");
+BENCHMARK(pool_tracker_event_log)->Name("pool/tracker_adaptor/event_log");
 BENCHMARK(pool_stack)->Name("pool/statistics+quota+tracker");
 BENCHMARK(pool_ledger)->Name("pool/ledger_quota_adaptor");
 BENCHMARK(pool_over_ledger)->Name("pool_over_ledger");

@@ -2,7 +2,7 @@
 //
 // Per device, a stack built from the environment on first use:
 //
-//   tracker_adaptor            who holds what (vram_snapshot)
+//   tracker_adaptor            who holds what (vram_snapshot; every event to VRAM_EVENT_LOG)
 //     quota_adaptor            tenant quotas (VRAM_TENANT, VRAM_TENANT_QUOTA, vram_set_tenant_quota)
 //       resource_ref<>         -> the allocator (stream_pool | budget_slab | the source itself)
 //                                   over the source (cuda_device_source | simulated | host),
@@ -88,6 +88,7 @@ struct config {
   std::size_t tenant_quota = 0;   // 0: none
   std::string ledger;             // quota ledger name ("%d": the device id); empty: none
   std::string ledger_tenant;      // the tenant path this process charges in it
+  std::string event_log;          // the tracker's event log ("%d": the device id); empty: none
   int device_count = 8;           // host / simulated
 };
 
@@ -146,6 +147,7 @@ config read_config() {
     if (c.device_count < 1 || c.device_count > max_devices)
       detail::throw_invalid_argument("vram_c", "VRAM_DEVICE_COUNT must be 1..64");
   }
+  if (const char* v = env("VRAM_EVENT_LOG")) c.event_log = v;
   if (const char* v = env("VRAM_LEDGER")) c.ledger = v;
   if (const char* v = env("VRAM_LEDGER_TENANT")) c.ledger_tenant = v;
   if (c.ledger.empty() != c.ledger_tenant.empty())
@@ -225,13 +227,17 @@ core make_allocator(const config& cfg, Source source, Spill spill) {
   detail::throw_invalid_argument("vram_c", "unknown allocator");
 }
 
+/// `name` with its first "%d" replaced by the device id.
+std::string for_device(std::string name, int device) {
+  if (std::size_t at = name.find("%d"); at != std::string::npos) name.replace(at, 2, std::to_string(device));
+  return name;
+}
+
 /// The device's ledger (VRAM_LEDGER with "%d" replaced by the device id), attached to
 /// charge; none when VRAM_LEDGER is unset.
 ledger_tenant attach_ledger(const config& cfg, int device) {
   if (cfg.ledger.empty()) return {};
-  std::string name = cfg.ledger;
-  if (std::size_t at = name.find("%d"); at != std::string::npos) name.replace(at, 2, std::to_string(device));
-  auto ledger = quota_ledger::attach(name, ledger_access::charge);
+  auto ledger = quota_ledger::attach(for_device(cfg.ledger, device), ledger_access::charge);
   return {ledger, ledger->at(cfg.ledger_tenant)};
 }
 
@@ -259,7 +265,8 @@ struct live_entry {
 struct device_state {
   device_state(int id, const config& c, ledger_tenant l, core k, std::size_t cap)
       : device(id), cfg(c), ledger(std::move(l)), base(std::move(k)), capacity(cap),
-        top(quota_adaptor<resource_ref<>>(base.ref), tracker_options{.device = id}) {
+        top(quota_adaptor<resource_ref<>>(base.ref),
+            tracker_options{.device = id, .event_log = cfg.event_log.empty() ? "" : for_device(cfg.event_log, id)}) {
     if (!cfg.tenant_name.empty() || cfg.tenant_quota != 0) {
       configured_tenant = tenant_named(cfg.tenant_name);
       if (cfg.tenant_quota != 0) top.upstream().set_hard_limit(configured_tenant, cfg.tenant_quota);
@@ -343,6 +350,17 @@ device_state* create_device(int device) {
   return new device_state(device, cfg, std::move(ledger), std::move(k), capacity);
 }
 
+/// Writes every device's event log buffer (VRAM_EVENT_LOG) to its file.
+void flush_event_logs() noexcept {
+  for (auto& slot : devices)
+    if (device_state* d = slot.load(std::memory_order_acquire)) {
+      try {
+        (void)d->top.flush_event_log();
+      } catch (...) {  // (a mutex that cannot be locked at exit: the buffer is lost)
+      }
+    }
+}
+
 /// The device's state, created on first use. Throws (caught by the entry points).
 device_state& state_of(int device) {
   if (device < 0 || device >= max_devices) detail::throw_invalid_argument("vram_c", "device id out of range");
@@ -353,6 +371,10 @@ device_state& state_of(int device) {
   if (s == nullptr) {
     s = create_device(device);
     devices[static_cast<std::size_t>(device)].store(s, std::memory_order_release);
+    // Devices live until vram_shutdown, which a framework may never call: the event logs'
+    // buffers are written out at exit.
+    static bool flush_at_exit = std::atexit(flush_event_logs) == 0;
+    (void)flush_at_exit;
   }
   return *s;
 }
@@ -694,6 +716,10 @@ VRAM_C_API void vram_shutdown(void) {
     }
     if (!idle) {  // leaked on purpose: the owners of the live allocations may still use them
       report_misuse({misuse::live_at_destruction, "vram_c", nullptr, d->charged.load(), 0});
+      try {
+        (void)d->top.flush_event_log();  // its history so far, at least
+      } catch (...) {
+      }
       continue;
     }
     delete d;

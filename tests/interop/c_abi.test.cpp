@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 
 #include <vram/vram_c.h>
 #include <vram/adaptor/quota_ledger.hpp>
+#include <vram/trace/read_trace.hpp>
 
 #include "support/scratch_ledger.hpp"
 
@@ -88,7 +90,7 @@ abi& lib() {
 void configure(std::initializer_list<std::pair<const char*, const char*>> vars) {
   for (const char* name : {"VRAM_BACKEND", "VRAM_ALLOCATOR", "VRAM_POOL_INITIAL", "VRAM_POOL_MAX", "VRAM_POOL_STEP",
                            "VRAM_DEVICE_BUDGET", "VRAM_TENANT", "VRAM_TENANT_QUOTA", "VRAM_DEVICE_COUNT",
-                           "VRAM_LEDGER", "VRAM_LEDGER_TENANT"})
+                           "VRAM_LEDGER", "VRAM_LEDGER_TENANT", "VRAM_EVENT_LOG"})
     unsetenv(name);
   for (auto [name, value] : vars) setenv(name, value, 1);
   lib().shutdown();
@@ -318,6 +320,31 @@ TEST_CASE("C ABI: many threads allocate and free concurrently", "[interop][c_abi
   for (auto& th : threads) th.join();
   CHECK(bad == 0);
   CHECK(stats_of(0).live_allocations == 0);
+}
+
+TEST_CASE("C ABI: VRAM_EVENT_LOG writes every event of a device, with its tenant, as an RMM log", "[interop][c_abi]") {
+  std::string pattern = "/tmp/vram-c-abi-events-" + std::to_string(::getpid()) + "-%d.csv";
+  std::string path = pattern.substr(0, pattern.size() - 6) + "2.csv";  // device 2
+  configure({{"VRAM_BACKEND", "host"}, {"VRAM_EVENT_LOG", pattern.c_str()}});
+  auto& a = lib();
+  REQUIRE(a.set_tenant("eval") == 0);
+  for (int i = 0; i < 100; ++i) {
+    void* p = a.malloc_(std::size_t{4096} << (i % 8), 2, nullptr);
+    REQUIRE(p != nullptr);
+    a.free_(p, std::size_t{4096} << (i % 8), 2, nullptr);
+  }
+  REQUIRE(a.set_tenant(nullptr) == 0);
+  a.shutdown();  // writes the log out
+  vram::trace::trace t = vram::trace::read_trace(path);
+  CHECK(t.format == "rmm-csv");
+  CHECK(t.allocs() == 100);
+  CHECK(t.frees() == 100);
+  REQUIRE(t.tenants.size() == 2);
+  CHECK(t.tenants[1] == "eval");
+  std::remove(path.c_str());
+  configure({{"VRAM_BACKEND", "host"}, {"VRAM_EVENT_LOG", "/nonexistent-dir/events.csv"}});
+  CHECK(a.init(0) == -1);
+  CHECK(std::string(a.last_error()).find("/nonexistent-dir/events.csv") != std::string::npos);
 }
 
 TEST_CASE("C ABI: two variables join a quota ledger, which charges what the pool holds", "[interop][c_abi]") {

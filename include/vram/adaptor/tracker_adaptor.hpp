@@ -142,6 +142,12 @@ class tracker_adaptor : public detail::adaptor::adaptor_base<tracker_adaptor<Ups
   /// Suspected leaks as of the last mark, largest growth first; empty when none.
   [[nodiscard]] std::vector<leak_report> leaks() const { return state_->leaks_copy(); }
 
+  /// Writes the event log's buffer (tracker_options::event_log) to its file; false when some
+  /// event could not be written (event_log_failures()), or there is no log.
+  bool flush_event_log() { return state_->flush_log(); }
+  /// Events the event log could not write (a full disk, ...).
+  [[nodiscard]] std::size_t event_log_failures() const { return state_->log_failures(); }
+
   /// PyTorch memory snapshot pickle (opens in pytorch.org/memory_viz).
   void write_memory_snapshot(std::ostream& out) const { state_->write_memory_snapshot(out); }
   /// RMM CSV log of the event history, with a Tenant column.

@@ -66,6 +66,9 @@ class tracker_observer {
   void write_json(std::ostream& out) const { state_->write_json(out); }
   void write_report(std::ostream& out, std::size_t top = 10) const { state_->write_report(out, top); }
   bool dump(const std::string& path) const { return state_->dump(path); }
+  /// As tracker_adaptor's: the event log (tracker_options::event_log) written out.
+  bool flush_event_log() { return state_->flush_log(); }
+  [[nodiscard]] std::size_t event_log_failures() const { return state_->log_failures(); }
 
  private:
   std::shared_ptr<detail::tracker::tracker_state> state_;

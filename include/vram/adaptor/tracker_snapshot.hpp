@@ -37,6 +37,12 @@ struct tracker_options {
   std::size_t leak_min_bytes = std::size_t{1} << 20;
   /// Step summaries kept (the newest win).
   std::size_t step_capacity = 1024;
+  /// Also append every event, as it is recorded, to this file (created or truncated): RMM's
+  /// CSV log with the Tenant column, as write_csv() writes the ring, through a 1 MiB buffer
+  /// (flush_event_log()). A history of any length, in bounded memory; vram-replay replays it
+  /// as a stream. Empty: none. The tracker's constructor throws std::system_error naming the
+  /// file when it cannot be created.
+  std::string event_log;
 };
 
 /// What the tracker records per event (the PyTorch snapshot's device_traces actions).

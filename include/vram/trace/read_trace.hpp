@@ -413,7 +413,8 @@ class vram_trace_parser {
       return;
     }
     if (line.empty() || line.front() == '#' || line.starts_with("op,")) return;
-    auto f = split(line);
+    split_into(line, fields_);
+    const auto& f = fields_;
     std::uint64_t id = 0, bytes = 0, stream = 0;
     std::int64_t time = 0;
     ++tally_.rows;
@@ -479,6 +480,7 @@ class vram_trace_parser {
   vram::trace::trace t_;
   std::function<void(const vram::trace::event&)> sink_;
   std::unordered_map<std::uint64_t, block> live_;  // file id -> live block
+  std::vector<std::string_view> fields_;           // of the current line
   std::uint64_t next_id_ = 0;
   std::size_t window_events_ = 0;
   std::uint32_t max_stream_ = 0;

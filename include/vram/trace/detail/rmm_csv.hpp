@@ -4,12 +4,14 @@
 // Tenant column: local time HH:MM:SS.ffffff, pointers as 0x... or "(nil)", the stream as a
 // hex handle. Read (by vram::trace::read_rmm_csv) with the columns in any order.
 
+#include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
 #include <functional>
 #include <ostream>
-#include <sstream>
+#include <system_error>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -24,29 +26,73 @@ namespace vram::detail::trace {
 
 inline constexpr const char* rmm_csv_header = "Thread,Time,Action,Pointer,Size,Stream,Tenant\n";
 
-/// `action` is "allocate", "allocate failure" or "free".
+/// Appends one line to `out`. `action` is "allocate", "allocate failure" or "free". The local
+/// time of the last second seen is kept per thread: localtime_r once a second, not per line.
+inline void append_rmm_csv_line(std::string& out, std::uint64_t thread, std::int64_t time_us, const char* action,
+                                std::uint64_t address, std::size_t bytes, std::uint64_t stream,
+                                std::string_view tenant_path) {
+  thread_local std::time_t cached_secs = -1;
+  thread_local std::tm cached{};
+  std::time_t secs = static_cast<std::time_t>(time_us / 1000000);
+  if (secs != cached_secs) {
+    localtime_r(&secs, &cached);
+    cached_secs = secs;
+  }
+  // Formatted by hand (to_chars, no printf) in place: a tracker's event log writes a line per
+  // event. The fields take at most 20 + 15 + 16 + 18 + 20 + 18 + 6 separators: 113 bytes.
+  const std::size_t at = out.size();
+  out.resize(at + 128);
+  char* p = out.data() + at;
+  char* const end = p + 128;
+  auto number = [&](std::uint64_t v, int base = 10) { p = std::to_chars(p, end, v, base).ptr; };
+  auto padded = [&](unsigned v, int width) {  // zero-padded
+    for (int i = width - 1; i >= 0; --i, v /= 10) p[i] = static_cast<char>('0' + v % 10);
+    p += width;
+  };
+  auto text = [&](std::string_view t) { p = std::copy(t.begin(), t.end(), p); };
+  number(thread);
+  *p++ = ',';
+  padded(static_cast<unsigned>(cached.tm_hour), 2);
+  *p++ = ':';
+  padded(static_cast<unsigned>(cached.tm_min), 2);
+  *p++ = ':';
+  padded(static_cast<unsigned>(cached.tm_sec), 2);
+  *p++ = '.';
+  padded(static_cast<unsigned>(((time_us % 1000000) + 1000000) % 1000000), 6);
+  *p++ = ',';
+  text(action);  // "allocate failure" at most
+  *p++ = ',';
+  if (address == 0) {
+    text("(nil)");
+  } else {
+    text("0x");
+    number(address, 16);
+  }
+  *p++ = ',';
+  number(bytes);
+  text(",0x");
+  number(stream, 16);
+  *p++ = ',';
+  out.resize(static_cast<std::size_t>(p - out.data()));
+  // Tenant names are free text: quote them when they hold a comma or a quote.
+  if (tenant_path.find_first_of(",\"\n") == std::string_view::npos) {
+    out.append(tenant_path).push_back('\n');
+  } else {
+    out.push_back('"');
+    for (char c : tenant_path) {
+      if (c == '"') out.push_back('"');
+      out.push_back(c);
+    }
+    out.append("\"\n");
+  }
+}
+
 inline void write_rmm_csv_line(std::ostream& out, std::uint64_t thread, std::int64_t time_us, const char* action,
                                std::uint64_t address, std::size_t bytes, std::uint64_t stream,
                                std::string_view tenant_path) {
-  std::time_t secs = static_cast<std::time_t>(time_us / 1000000);
-  std::tm tm{};
-  localtime_r(&secs, &tm);
-  char pointer[24];
-  if (address == 0) std::snprintf(pointer, sizeof pointer, "(nil)");
-  else std::snprintf(pointer, sizeof pointer, "0x%llx", static_cast<unsigned long long>(address));
-  char line[160];
-  std::snprintf(line, sizeof line, "%llu,%02d:%02d:%02d.%06lld,%s,%s,%zu,0x%llx,", static_cast<unsigned long long>(thread),
-                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(time_us % 1000000), action, pointer, bytes,
-                static_cast<unsigned long long>(stream));
+  std::string line;
+  append_rmm_csv_line(line, thread, time_us, action, address, bytes, stream, tenant_path);
   out << line;
-  // Tenant names are free text: quote them when they hold a comma or a quote.
-  if (tenant_path.find_first_of(",\"\n") == std::string_view::npos) {
-    out << tenant_path << '\n';
-  } else {
-    out << '"';
-    for (char c : tenant_path) out << (c == '"' ? "\"\"" : std::string_view(&c, 1));
-    out << "\"\n";
-  }
 }
 
 /// An RMM log, a line at a time: a header naming at least Action, Pointer and Size, and
@@ -61,7 +107,8 @@ class rmm_csv_parser {
 
   void line(std::string_view line, std::size_t number) {
     if (line.empty()) return;
-    auto f = split(line);
+    split_into(line, fields_);
+    const auto& f = fields_;
     if (columns_ == 0) {
       columns_ = f.size();
       for (std::size_t i = 0; i < f.size(); ++i) {
@@ -99,14 +146,18 @@ class rmm_csv_parser {
   }
 
  private:
-  /// "HH:MM:SS.ffffff" or seconds, in nanoseconds.
+  /// "HH:MM:SS.ffffff" or seconds, in nanoseconds; the number ends where it stops parsing
+  /// (events are ordered by their lines, not by their times).
   static std::int64_t parse_time(std::string_view field) {
-    double seconds = 0, part = 0;
-    std::istringstream in{std::string(field)};
-    char colon = 0;
-    while (in >> part) {
+    double seconds = 0;
+    for (;;) {
+      double part = 0;
+      auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), part);
+      if (ec != std::errc{}) break;
       seconds = seconds * 60 + part;
-      if (!(in >> colon) || colon != ':') break;
+      field.remove_prefix(static_cast<std::size_t>(end - field.data()));
+      if (field.empty() || field.front() != ':') break;
+      field.remove_prefix(1);
     }
     return saturate_to_int64(seconds * 1e9);
   }
@@ -135,6 +186,7 @@ class rmm_csv_parser {
     return out;
   }
 
+  std::vector<std::string_view> fields_;  // of the current line
   int c_time_ = -1, c_action_ = -1, c_ptr_ = -1, c_size_ = -1, c_stream_ = -1, c_tenant_ = -1;
   std::size_t columns_ = 0;
   row_tally tally_;

@@ -25,14 +25,21 @@ inline std::string_view trim(std::string_view s) {
   return s;
 }
 
-inline std::vector<std::string_view> split(std::string_view line, char sep = ',') {
-  std::vector<std::string_view> out;
+/// The fields of `line` into `out` (its storage reused: no allocation per line once warm).
+inline void split_into(std::string_view line, std::vector<std::string_view>& out, char sep = ',') {
+  out.clear();
   for (;;) {
     auto p = line.find(sep);
     out.push_back(trim(line.substr(0, p)));
-    if (p == std::string_view::npos) return out;
+    if (p == std::string_view::npos) return;
     line.remove_prefix(p + 1);
   }
+}
+
+inline std::vector<std::string_view> split(std::string_view line, char sep = ',') {
+  std::vector<std::string_view> out;
+  split_into(line, out, sep);
+  return out;
 }
 
 /// Unsigned integer in decimal, or hex with a 0x prefix; false when malformed.

@@ -24,6 +24,7 @@
 #include <vram/core/tag_scope.hpp>
 #include <vram/core/tenant.hpp>
 #include <vram/detail/throw.hpp>
+#include <vram/adaptor/detail/tracker/event_log.hpp>
 #include <vram/adaptor/detail/tracker/export.hpp>
 #include <vram/adaptor/detail/tracker/holders.hpp>
 #include <vram/adaptor/detail/tracker/pending.hpp>
@@ -49,6 +50,7 @@ struct tracker_state {
   tracker_state(tracker_options o, const char* resource_name)
       : options(std::move(o)), ring(options.event_capacity), resource(resource_name) {
     if (!options.registry) throw_invalid_argument(resource, "null tenant registry");
+    if (!options.event_log.empty()) log = std::make_unique<tracker_event_log>(options.event_log, *options.registry);
   }
 
   /// A free requested and not yet completed.
@@ -79,6 +81,7 @@ struct tracker_state {
   // free is then ignored. Rare, hence a vector.
   std::vector<std::pair<const void*, std::size_t>> superseded;
   tracker_ring ring;
+  std::unique_ptr<tracker_event_log> log;  // options.event_log, or none
   std::size_t live_bytes = 0, peak_live_bytes = 0;
   std::size_t allocations = 0, deallocations = 0, ooms = 0;
   const char* resource;  // for misuse reports
@@ -94,7 +97,17 @@ struct tracker_state {
     tracker_event e{a, p, bytes, stream, now, thread_hash(), t, device_free, {}};
     e.set_tag(tag);
     ring.push(e);
+    if (log) log->write(e);
   }
+  bool flush_log() {
+    std::lock_guard lock(mutex);
+    return log && log->flush();
+  }
+  std::size_t log_failures() const {
+    std::lock_guard lock(mutex);
+    return log ? log->failures() : 0;
+  }
+
   static std::uintptr_t address_of(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p); }
 
   /// `own_segment`: the allocation is reported as a segment of its own (adaptor mode).
