@@ -13,8 +13,6 @@
 
 #include <benchmark/benchmark.h>
 
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -23,6 +21,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -35,6 +34,8 @@
 #include <vram/trace/read_trace.hpp>
 #include <vram/trace/read_trace_stream.hpp>
 
+#include "support/child_peak_memory.hpp"  // (tests/support: the tests measure memory so too)
+
 namespace {
 
 struct stage_result {
@@ -45,24 +46,14 @@ struct stage_result {
 
 /// Runs `work` in a child process; its wall time and peak resident set.
 stage_result in_child(const std::function<bool()>& work) {
-  auto start = std::chrono::steady_clock::now();
-  pid_t pid = ::fork();
-  if (pid < 0) return {};
-  if (pid == 0) {
-    bool ok = false;
-    try {
-      ok = work();
-    } catch (...) {
-    }
-    ::_exit(ok ? 0 : 1);
-  }
-  int status = 0;
-  rusage usage{};
-  if (::wait4(pid, &status, 0, &usage) != pid) return {};
   stage_result r;
+  auto start = std::chrono::steady_clock::now();
+  try {
+    r.peak_mib = double(vram::test::child_peak_kib(work)) / 1024.0;
+    r.ok = true;
+  } catch (const std::runtime_error&) {
+  }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  r.peak_mib = double(usage.ru_maxrss) / 1024.0;
-  r.ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   return r;
 }
 

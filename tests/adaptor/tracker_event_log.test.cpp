@@ -29,6 +29,8 @@
 #include <vram/trace/read_trace.hpp>
 #include <vram/trace/read_trace_stream.hpp>
 
+#include "support/child_peak_memory.hpp"
+
 namespace {
 
 using tracker = vram::tracker_adaptor<vram::host_source>;
@@ -57,25 +59,11 @@ void churn(tracker& t, std::size_t pairs, vram::stream_ref s = {}) {
 
 /// The peak resident set (KiB) of a child tracking `pairs` pairs with a log and a 1,024-event ring.
 long peak_kib_of_logged_churn(std::size_t pairs, const std::string& log) {
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    int rc = 0;
-    try {
-      tracker t(vram::host_source{}, vram::tracker_options{.event_capacity = 1024, .event_log = log});
-      churn(t, pairs);
-      rc = t.flush_event_log() ? 0 : 2;
-    } catch (...) {
-      rc = 3;
-    }
-    ::_exit(rc);
-  }
-  int status = 0;
-  rusage usage{};
-  REQUIRE(::wait4(pid, &status, 0, &usage) == pid);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
-  return usage.ru_maxrss;
+  return vram::test::child_peak_kib([&] {
+    tracker t(vram::host_source{}, vram::tracker_options{.event_capacity = 1024, .event_log = log});
+    churn(t, pairs);
+    return t.flush_event_log();
+  });
 }
 
 }  // namespace

@@ -4,8 +4,6 @@
 
 #include <catch2/catch.hpp>
 
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -20,6 +18,8 @@
 #include <vram/trace/read_trace_stream.hpp>
 #include <vram/trace/replay.hpp>
 #include <vram/trace/workloads.hpp>
+
+#include "support/child_peak_memory.hpp"
 
 using vram::trace::event;
 using vram::trace::trace;
@@ -85,27 +85,12 @@ void check_same(const trace& streamed, const trace& in_memory) {
   }
 }
 
-/// The peak resident set (KiB) of a child that streams the trace at `path` and replays it.
-long peak_kib_of_streamed_replay(const std::string& path, bool streamed) {
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    int rc = 0;
-    try {
-      trace t = streamed ? vram::trace::read_trace_stream(path) : vram::trace::read_trace(path);
-      rc = replay_pool(t).ooms == 0 ? 0 : 2;
-    } catch (...) {
-      rc = 3;
-    }
-    std::fflush(nullptr);
-    ::_exit(rc);
-  }
-  int status = 0;
-  rusage usage{};
-  REQUIRE(::wait4(pid, &status, 0, &usage) == pid);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
-  return usage.ru_maxrss;
+/// The peak resident set (KiB) of a child that reads the trace at `path` and replays it.
+long peak_kib_of_replay(const std::string& path, bool streamed) {
+  return vram::test::child_peak_kib([&] {
+    trace t = streamed ? vram::trace::read_trace_stream(path) : vram::trace::read_trace(path);
+    return replay_pool(t).ooms == 0;
+  });
 }
 
 }  // namespace
@@ -168,8 +153,8 @@ TEST_CASE("a streamed replay's memory is bounded by the live blocks, not the eve
   std::string small = scratch("small.vtrace"), large = scratch("large.vtrace");
   write_churn(small, 200000);
   write_churn(large, 2000000);
-  long streamed_small = peak_kib_of_streamed_replay(small, true), streamed_large = peak_kib_of_streamed_replay(large, true);
-  long held_small = peak_kib_of_streamed_replay(small, false), held_large = peak_kib_of_streamed_replay(large, false);
+  long streamed_small = peak_kib_of_replay(small, true), streamed_large = peak_kib_of_replay(large, true);
+  long held_small = peak_kib_of_replay(small, false), held_large = peak_kib_of_replay(large, false);
   INFO("peak KiB: streamed " << streamed_small << " -> " << streamed_large << ", in memory " << held_small << " -> "
                              << held_large);
   // 1.8 million more events held cost 32 bytes each and the file's text (about 50 MB in
