@@ -30,6 +30,7 @@
 #include <vram/trace/read_trace_stream.hpp>
 
 #include "support/child_peak_memory.hpp"
+#include "support/sanitizers.hpp"
 
 namespace {
 
@@ -165,7 +166,10 @@ TEST_CASE("a logged history's memory is bounded by the ring, not the events") {
   INFO("peak KiB: " << small_kib << " for 200 thousand events, " << large_kib << " for 2 million");
   CHECK(vram::trace::read_trace_stream(large).allocs() == 1000000);
   // 1.8 million more events, 100 bytes each in a ring that kept them, would be 180 MB.
-  CHECK(large_kib - small_kib < 4 * 1024);
+  if constexpr (vram::test::sanitized_build)
+    WARN("a sanitizer's quarantine and shadow hold memory: the bound is checked in the unsanitized build");
+  else
+    CHECK(large_kib - small_kib < 4 * 1024);
   std::filesystem::remove(small);
   std::filesystem::remove(large);
 }

@@ -20,6 +20,7 @@
 #include <vram/trace/workloads.hpp>
 
 #include "support/child_peak_memory.hpp"
+#include "support/sanitizers.hpp"
 
 using vram::trace::event;
 using vram::trace::trace;
@@ -159,8 +160,12 @@ TEST_CASE("a streamed replay's memory is bounded by the live blocks, not the eve
                              << held_large);
   // 1.8 million more events held cost 32 bytes each and the file's text (about 50 MB in
   // all); streamed, they cost nothing that stays.
-  CHECK(held_large - held_small > 40 * 1024);
-  CHECK(streamed_large - streamed_small < 4 * 1024);
+  if constexpr (vram::test::sanitized_build) {
+    WARN("a sanitizer's quarantine and shadow hold memory: the bound is checked in the unsanitized build");
+  } else {
+    CHECK(held_large - held_small > 40 * 1024);
+    CHECK(streamed_large - streamed_small < 4 * 1024);
+  }
   std::filesystem::remove(small);
   std::filesystem::remove(large);
 }
