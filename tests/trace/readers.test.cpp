@@ -52,6 +52,27 @@ TEST_CASE("rmm csv: allocs, frees, unknown frees, failures") {
   check_consistent(t);
 }
 
+TEST_CASE("rmm csv: the Tenant column names each allocation's tenant, its free too") {
+  std::string csv =
+      "Thread,Time,Action,Pointer,Size,Stream,Tenant\n"
+      "1,08:00:00.000001,allocate,0x1000,256,0x0,serving/llama\n"
+      "1,08:00:00.000002,allocate,0x2000,512,0x0,\"batch, nightly \"\"eu\"\"\"\n"
+      "1,08:00:00.000003,allocate,0x3000,64,0x0,\n"
+      "1,08:00:00.000004,free,0x1000,256,0x0,someone else\n"  // the free is the allocation's tenant's
+      "1,08:00:00.000005,allocate,0x4000,128,0x0,serving/llama\n";
+  trace t = vram::trace::parse_trace(csv, "tenants.csv");
+  REQUIRE(t.tenants.size() == 3);
+  CHECK(t.tenants[0].empty());
+  CHECK(t.tenants[1] == "serving/llama");
+  CHECK(t.tenants[2] == "batch, nightly \"eu\"");
+  std::vector<std::uint16_t> of;
+  for (const auto& e : t.events) of.push_back(e.tenant);
+  CHECK(of == std::vector<std::uint16_t>{1, 2, 0, 1, 1});
+  CHECK(t.warnings == 0);
+  // Without the column: no tenants.
+  CHECK(vram::trace::parse_trace("Action,Pointer,Size\nallocate,0x10,64\n", "plain.csv").tenants.empty());
+}
+
 TEST_CASE("lifetime csv: half-open intervals") {
   trace t = vram::trace::parse_trace("id,lower,upper,size\n0,0,2,100\n1,2,3,50\n2,1,3,10\n3,5,5,7\n", "l.csv");
   CHECK(t.format == "lifetime-csv");
