@@ -171,7 +171,19 @@ TEST_CASE("JSON and HTML reports parse") {
       CHECK(o.find(key) != nullptr);
     CHECK(o.find("recorded_reserved_bytes")->is_null());
     CHECK(o.find("peak_live_bytes")->as_int() == 8096);
+    REQUIRE(o.find("free_blocks_at_peak") != nullptr);
   }
+  // The pool lists its free blocks at the peak: the classes add up to what it held free.
+  const auto* classes = doc.array.front().find("free_blocks_at_peak");
+  REQUIRE(classes->is_array());
+  std::int64_t free_at_peak = 0;
+  for (const auto& c : classes->array) free_at_peak += c.find("bytes")->as_int();
+  std::int64_t captured = 0;
+  for (int k = 0; k < 64; ++k) captured += std::int64_t(results.front().free_blocks_at_peak.bytes[k]);
+  CHECK(free_at_peak == captured);
+  CHECK(free_at_peak > 0);  // its 2 MiB granule, less what is live
+  CHECK(free_at_peak + std::int64_t(results.front().peak_live_bytes) <= std::int64_t(results.front().reserved_at_peak_live));
+  CHECK(doc.array[3].find("free_blocks_at_peak")->is_null());  // upstream: a bare device lists none
   std::ostringstream html;
   vram::trace::write_html(html, {{&t, results}});
   std::string page = html.str();

@@ -101,6 +101,22 @@ inline void write_json(std::ostream& out, const std::vector<replay_result>& resu
         << ", \"recorded_reserved_bytes\": ";
     if (r.recorded_reserved_bytes) out << *r.recorded_reserved_bytes;
     else out << "null";
+    // The free blocks at peak live by power-of-two size class (null: not captured).
+    out << ", \"free_blocks_at_peak\": ";
+    if (!r.free_blocks_at_peak.captured) {
+      out << "null";
+    } else {
+      out << "[";
+      bool first = true;
+      for (int k = 0; k < 64; ++k) {
+        if (r.free_blocks_at_peak.blocks[k] == 0) continue;
+        out << (first ? "" : ", ") << "{\"min_bytes\": " << (std::uint64_t{1} << k)
+            << ", \"blocks\": " << r.free_blocks_at_peak.blocks[k] << ", \"bytes\": " << r.free_blocks_at_peak.bytes[k]
+            << "}";
+        first = false;
+      }
+      out << "]";
+    }
     out << ", \"error\": ";
     if (r.error.empty()) out << "null";
     else out << json_quote(r.error);
