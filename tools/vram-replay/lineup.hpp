@@ -76,6 +76,18 @@ inline allocator_config pool_contiguous_config() {
           }};
 }
 
+/// pool-contiguous without its per-stream bins (small_max = 0): every block placed by best
+/// fit and coalesced at its free. On request: what the bins' speed costs in placement.
+inline allocator_config pool_no_bins_config() {
+  return {"pool-no-bins", "stream_pool on a contiguous simulated device, no per-stream bins (small_max = 0): best fit for every block",
+          [](const trace& t, const replay_options& o) {
+            return detail::run_with("pool-no-bins", t, o, [&] {
+              return std::make_unique<stream_pool<simulated_device_source>>(detail::device(o.capacity, true),
+                                                                            stream_pool_options{.small_max = 0});
+            });
+          }};
+}
+
 /// stream_pool on separate cudaMalloc-like chunks of 20 MiB (PyTorch's large-segment size)
 /// or the request, whichever is larger.
 inline allocator_config pool_segments_config() {
@@ -149,6 +161,7 @@ inline std::vector<allocator_config> default_allocators() {
 /// Every configuration (the defaults, then those that only make sense on request).
 inline std::vector<allocator_config> all_allocators() {
   auto all = default_allocators();
+  all.push_back(pool_no_bins_config());
   all.push_back(slab_config());
   return all;
 }
