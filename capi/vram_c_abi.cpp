@@ -350,13 +350,15 @@ device_state* create_device(int device) {
   return new device_state(device, cfg, std::move(ledger), std::move(k), capacity);
 }
 
-/// Writes every device's event log buffer (VRAM_EVENT_LOG) to its file.
+/// At exit: writes every device's event log buffer (VRAM_EVENT_LOG) to its file, unless a
+/// thread still inside that device's tracker holds it (then that buffer is lost rather than
+/// the exit hanging on a thread that may never return).
 void flush_event_logs() noexcept {
   for (auto& slot : devices)
     if (device_state* d = slot.load(std::memory_order_acquire)) {
       try {
-        (void)d->top.flush_event_log();
-      } catch (...) {  // (a mutex that cannot be locked at exit: the buffer is lost)
+        (void)d->top.try_flush_event_log();
+      } catch (...) {
       }
     }
 }

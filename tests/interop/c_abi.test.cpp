@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <dlfcn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -341,6 +342,24 @@ TEST_CASE("C ABI: VRAM_EVENT_LOG writes every event of a device, with its tenant
   CHECK(t.frees() == 100);
   REQUIRE(t.tenants.size() == 2);
   CHECK(t.tenants[1] == "eval");
+  std::remove(path.c_str());
+  // A process that exits without vram_shutdown (as a framework does) still writes its log.
+  configure({{"VRAM_BACKEND", "host"}, {"VRAM_EVENT_LOG", pattern.c_str()}});
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    for (int i = 0; i < 10; ++i) {
+      void* p = a.malloc_(4096, 2, nullptr);
+      if (p == nullptr) std::_Exit(1);
+      a.free_(p, 4096, 2, nullptr);
+    }
+    std::exit(0);  // the exit handlers, not vram_shutdown
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(vram::trace::read_trace(path).allocs() == 10);
   std::remove(path.c_str());
   configure({{"VRAM_BACKEND", "host"}, {"VRAM_EVENT_LOG", "/nonexistent-dir/events.csv"}});
   CHECK(a.init(0) == -1);

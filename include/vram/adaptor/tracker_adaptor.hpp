@@ -145,6 +145,9 @@ class tracker_adaptor : public detail::adaptor::adaptor_base<tracker_adaptor<Ups
   /// Writes the event log's buffer (tracker_options::event_log) to its file; false when some
   /// event could not be written (event_log_failures()), or there is no log.
   bool flush_event_log() { return state_->flush_log(); }
+  /// flush_event_log() unless another thread is inside the tracker: false then (for exit
+  /// handlers, which must not wait on threads that may never return).
+  bool try_flush_event_log() { return state_->try_flush_log(); }
   /// Events the event log could not write (a full disk, ...).
   [[nodiscard]] std::size_t event_log_failures() const { return state_->log_failures(); }
 

@@ -103,6 +103,12 @@ struct tracker_state {
     std::lock_guard lock(mutex);
     return log && log->flush();
   }
+  /// flush_log() unless another thread holds the tracker (at exit: never wait on a thread
+  /// that may never return).
+  bool try_flush_log() {
+    std::unique_lock lock(mutex, std::try_to_lock);
+    return lock.owns_lock() && log && log->flush();
+  }
   std::size_t log_failures() const {
     std::lock_guard lock(mutex);
     return log ? log->failures() : 0;
