@@ -98,6 +98,18 @@ void configure(std::initializer_list<std::pair<const char*, const char*>> vars) 
   lib().set_tenant(nullptr);
 }
 
+/// What vram_snapshot writes to a file called `name` in the temp directory (the format from
+/// its extension); the file is removed.
+std::string snapshot_text(const char* name) {
+  std::string path = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/" + name;
+  REQUIRE(lib().snapshot(path.c_str()) == 0);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::remove(path.c_str());
+  return text.str();
+}
+
 vram_stats_t stats_of(int device) {
   vram_stats_t s{};
   REQUIRE(lib().stats(device, &s) == 0);
@@ -275,14 +287,9 @@ TEST_CASE("C ABI: tenant quotas and a snapshot of who holds memory", "[interop][
     a.free_(r, std::size_t{100} << 10, 0, nullptr);
   }).join();
 
-  std::string path = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/vram_c_abi_test.json";
-  REQUIRE(a.snapshot(path.c_str()) == 0);
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  CHECK(text.str().find("trainer") != std::string::npos);
-  CHECK(text.str().find("eval") != std::string::npos);
-  std::remove(path.c_str());
+  std::string json = snapshot_text("vram_c_abi_test.json");
+  CHECK(json.find("trainer") != std::string::npos);
+  CHECK(json.find("eval") != std::string::npos);
 
   a.free_(p, std::size_t{600} << 10, 0, nullptr);
   a.free_(q, std::size_t{32} << 10, 0, nullptr);
@@ -422,13 +429,7 @@ TEST_CASE("C ABI: step marks find a tenant whose memory grows every step", "[int
     if (step < 7) CHECK(leaks == 0);  // not yet 8 marks of growth
   }
   CHECK(leaks >= 1);
-  std::string path = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/vram_c_abi_steps.txt";
-  REQUIRE(a.snapshot(path.c_str()) == 0);
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  CHECK(text.str().find("suspected leak: tenant 'leaky'") != std::string::npos);
-  std::remove(path.c_str());
+  CHECK(snapshot_text("vram_c_abi_steps.txt").find("suspected leak: tenant 'leaky'") != std::string::npos);
   for (void* p : kept) a.free_(p, std::size_t{512} << 10, 0, nullptr);
   a.set_tenant(nullptr);
 }

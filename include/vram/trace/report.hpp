@@ -188,6 +188,7 @@ inline std::string size_class_label(int k) {
 /// "live bytes by tenant": the trace's tenants stacked over time (the six that hold most at
 /// the peak, the rest together), from the replay's series.
 inline std::string tenant_chart(const std::string& id, const vram::trace::trace& t, const vram::trace::replay_result& r) {
+  if (r.series.empty()) return {};
   std::size_t n = t.tenants.size(), peak_at = 0;
   for (std::size_t i = 0; i < r.series.size(); ++i)
     if (r.series[i].live_bytes > r.series[peak_at].live_bytes) peak_at = i;
@@ -197,10 +198,8 @@ inline std::string tenant_chart(const std::string& id, const vram::trace::trace&
                     [&](const auto& p) { return i < p.live_by_tenant.size() && p.live_by_tenant[i] != 0; }))
       order.push_back(i);
   n = order.size();
-  auto at_peak = [&](std::size_t tenant) {
-    const auto& v = r.series.empty() ? std::vector<std::uint64_t>{} : r.series[peak_at].live_by_tenant;
-    return tenant < v.size() ? v[tenant] : 0;
-  };
+  const std::vector<std::uint64_t>& peak = r.series[peak_at].live_by_tenant;
+  auto at_peak = [&](std::size_t tenant) { return tenant < peak.size() ? peak[tenant] : 0; };
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return at_peak(a) > at_peak(b); });
   const std::size_t shown = std::min<std::size_t>(n, 6);
   std::vector<line> bands;
