@@ -6,6 +6,7 @@
 #include <streambuf>
 #include <ostream>
 #include <tuple>
+#include <vector>
 
 #include <vram/adaptor/ledger_quota_adaptor.hpp>
 #include <vram/adaptor/logging_adaptor.hpp>
@@ -15,6 +16,7 @@
 #include <vram/adaptor/tracker_adaptor.hpp>
 #include <vram/alloc/activation_arena.hpp>
 #include <vram/alloc/budget_slab.hpp>
+#include <vram/alloc/planned_pool.hpp>
 #include <vram/alloc/stream_pool.hpp>
 #include <vram/adaptor/fault_injection_adaptor.hpp>
 #include <vram/source/host_source.hpp>
@@ -62,6 +64,26 @@ struct stream_pool_contiguous_fixture {
     return stream_pool<simulated_device_source>(simulated_device_source(simulated_device_options{
         .capacity = std::size_t{1} << 30, .granularity = std::size_t{64} << 10, .contiguous = true}));
   }
+};
+
+/// planned_pool serving from a plan: its warm-up step makes the allocations the suite's
+/// alignment check makes (the same sizes, alignments and order), so that check is served from
+/// the plan's range and the rest of the suite runs beside it, mostly off the plan.
+struct planned_pool_fixture {
+  static constexpr const char* name = "planned_pool<host_source> (serving a plan)";
+  static constexpr bool host_accessible = true;
+  struct served : planned_pool<host_source> {
+    served() : planned_pool(host_source{}, {.online = {.growth_step = std::size_t{4} << 20}}) {
+      mark_step();
+      std::vector<std::tuple<void*, std::size_t, std::size_t>> blocks;
+      for (std::size_t bytes : {1ul, 7ul, 256ul, 1000ul, 4096ul, 65536ul, 1ul << 20})
+        for (std::size_t align : {8ul, 64ul, 256ul}) blocks.emplace_back(allocate_sync(bytes, align), bytes, align);
+      for (auto [p, bytes, align] : blocks) deallocate_sync(p, bytes, align);
+      mark_step();
+      release();  // empty bins, as the other pools start (an OOM's flush would merge what they hold)
+    }
+  };
+  static served make() { return served{}; }
 };
 
 struct activation_arena_fixture {
@@ -148,7 +170,7 @@ struct fault_injection_adaptor_fixture {
 
 /// Every host-side resource: the conformance suite runs on each.
 using host_fixtures = std::tuple<host_source_fixture, simulated_device_fixture, simulated_contiguous_fixture,
-                                 stream_pool_host_fixture, stream_pool_contiguous_fixture,
+                                 stream_pool_host_fixture, stream_pool_contiguous_fixture, planned_pool_fixture,
                                  activation_arena_fixture, budget_slab_fixture, statistics_adaptor_fixture,
                                  quota_adaptor_fixture, ledger_quota_adaptor_fixture, tracker_adaptor_fixture,
                                   retry_adaptor_fixture,

@@ -1,0 +1,140 @@
+#pragma once
+// detail::planned_pool::place: the offline placement of one recorded step. Given blocks with
+// a size and a lifetime, it assigns each an offset in one range so that no two blocks live at
+// the same time overlap, and tries to make the range as small as the peak of live bytes.
+//
+// The problem is dynamic storage allocation (NP-hard). The solver is greedy placement in a
+// given order (each block at the lowest offset free over its whole lifetime), over a few
+// orders known to do well (size, then lifetime; size x lifetime; lifetime, then size;
+// allocation order), then a randomized search that perturbs the best order and keeps any
+// improvement, until the range equals the lower bound (the peak of live bytes: optimal) or the
+// time budget is spent.
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+namespace vram::detail::planned_pool {
+
+/// A block to place: `size` bytes live over the ticks [begin, end) of the step.
+struct lifetime {
+  std::uint64_t size = 0;
+  std::uint32_t begin = 0, end = 0;
+};
+
+struct placement {
+  std::vector<std::uint64_t> offsets;  ///< by block, as given
+  std::uint64_t range = 0;             ///< bytes the placement spans (max offset + size)
+  std::uint64_t lower_bound = 0;       ///< the peak of live bytes: no placement spans less
+  std::size_t orders_tried = 0;
+};
+
+/// The peak of live bytes over the step.
+inline std::uint64_t live_peak(const std::vector<lifetime>& blocks) {
+  std::vector<std::pair<std::uint32_t, std::int64_t>> changes;
+  changes.reserve(2 * blocks.size());
+  for (const auto& b : blocks) {
+    changes.emplace_back(b.begin, static_cast<std::int64_t>(b.size));
+    changes.emplace_back(b.end, -static_cast<std::int64_t>(b.size));
+  }
+  std::sort(changes.begin(), changes.end());  // at one tick, frees (negative) first: [begin, end)
+  std::int64_t live = 0, peak = 0;
+  for (const auto& [tick, delta] : changes) peak = std::max(peak, live += delta);
+  return static_cast<std::uint64_t>(peak);
+}
+
+/// Places the blocks in `order`, each at the lowest offset where it overlaps no block already
+/// placed that is live at the same time. O(n^2): each block scans the placed ones (kept sorted
+/// by offset, so the lowest gap is found in the same scan). Stops early, returning a range
+/// above `give_up`, once the range reaches `give_up` (a worse order need not finish).
+inline std::uint64_t place_in_order(const std::vector<lifetime>& blocks, const std::vector<std::uint32_t>& order,
+                                    std::vector<std::uint64_t>& offsets, std::uint64_t give_up) {
+  struct placed {
+    std::uint64_t offset, end;
+    std::uint32_t begin, finish;
+  };
+  std::vector<placed> by_offset;  // sorted by offset
+  by_offset.reserve(order.size());
+  std::uint64_t range = 0;
+  for (std::uint32_t i : order) {
+    const lifetime& b = blocks[i];
+    std::uint64_t at = 0;
+    for (const placed& p : by_offset) {
+      if (p.finish <= b.begin || b.end <= p.begin) continue;  // never live together
+      if (p.offset >= at + b.size) break;                     // the gap below p fits
+      at = std::max(at, p.end);
+    }
+    auto insert_at = std::lower_bound(by_offset.begin(), by_offset.end(), at,
+                                      [](const placed& p, std::uint64_t o) { return p.offset < o; });
+    by_offset.insert(insert_at, {at, at + b.size, b.begin, b.end});
+    offsets[i] = at;
+    range = std::max(range, at + b.size);
+    if (range > give_up) return range;
+  }
+  return range;
+}
+
+/// The best placement found within `budget` (at least the greedy orders are tried whatever the
+/// budget). Deterministic for a given `seed` and enough budget to finish the same searches.
+inline placement place(const std::vector<lifetime>& blocks, std::chrono::nanoseconds budget, std::uint64_t seed = 1) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + budget;
+  placement best;
+  best.lower_bound = live_peak(blocks);
+  best.offsets.assign(blocks.size(), 0);
+  if (blocks.empty()) return best;
+  best.range = UINT64_MAX;
+
+  std::vector<std::uint32_t> order(blocks.size());
+  std::vector<std::uint64_t> offsets(blocks.size());
+  std::vector<std::uint32_t> best_order;
+  auto life = [&](std::uint32_t i) { return std::uint64_t{blocks[i].end - blocks[i].begin}; };
+  auto attempt = [&](const std::vector<std::uint32_t>& o) {
+    ++best.orders_tried;
+    std::uint64_t range = place_in_order(blocks, o, offsets, best.range);
+    if (range < best.range) {
+      best.range = range;
+      best.offsets = offsets;
+      best_order = o;
+    }
+  };
+  auto sorted_by = [&](auto&& before) {
+    std::iota(order.begin(), order.end(), 0u);
+    std::stable_sort(order.begin(), order.end(), before);
+    attempt(order);
+  };
+  sorted_by([&](std::uint32_t a, std::uint32_t b) {
+    return blocks[a].size != blocks[b].size ? blocks[a].size > blocks[b].size : life(a) > life(b);
+  });
+  if (best.range == best.lower_bound) return best;
+  sorted_by([&](std::uint32_t a, std::uint32_t b) { return blocks[a].size * life(a) > blocks[b].size * life(b); });
+  if (best.range == best.lower_bound) return best;
+  sorted_by([&](std::uint32_t a, std::uint32_t b) {
+    return life(a) != life(b) ? life(a) > life(b) : blocks[a].size > blocks[b].size;
+  });
+  if (best.range == best.lower_bound) return best;
+  sorted_by([&](std::uint32_t a, std::uint32_t b) { return blocks[a].begin < blocks[b].begin; });
+
+  // The search: move a few blocks of the best order earlier (a block placed earlier takes a
+  // lower offset), keep the result when the range shrinks.
+  std::mt19937_64 rng(seed);
+  const std::size_t n = blocks.size();
+  while (best.range > best.lower_bound && clock::now() < deadline) {
+    order = best_order;
+    std::size_t moves = 1 + rng() % 3;
+    for (std::size_t m = 0; m < moves; ++m) {
+      std::size_t from = rng() % n;
+      std::size_t to = rng() % (from + 1);
+      std::rotate(order.begin() + static_cast<std::ptrdiff_t>(to), order.begin() + static_cast<std::ptrdiff_t>(from),
+                  order.begin() + static_cast<std::ptrdiff_t>(from + 1));
+    }
+    attempt(order);
+  }
+  return best;
+}
+
+}  // namespace vram::detail::planned_pool

@@ -1,0 +1,515 @@
+#pragma once
+// vram::planned_pool: a stream_pool that learns a repeating step (a training iteration, a
+// batch of inference) and serves the next steps from an offline placement of it.
+// Design: docs/planned_pool.md.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <vram/alloc/detail/planned_pool/plan.hpp>
+#include <vram/alloc/detail/stream_pool/lanes.hpp>
+#include <vram/alloc/detail/stream_pool/mutex.hpp>
+#include <vram/alloc/stream_pool.hpp>
+#include <vram/core/alignment.hpp>
+#include <vram/core/error_handler.hpp>
+#include <vram/core/properties.hpp>
+#include <vram/core/stats.hpp>
+#include <vram/core/stream_ref.hpp>
+#include <vram/detail/throw.hpp>
+#include <vram/source/host_source.hpp>  // for the static_assert below
+
+namespace vram {
+
+struct planned_pool_options {
+  /// The pool that serves everything off the plan (and the recording steps), and holds the
+  /// plan's range as one of its blocks.
+  stream_pool_options online{};
+  /// Time the placement search may take at each new plan (the greedy orders always run).
+  std::chrono::milliseconds planning_budget{200};
+  /// A step whose requests off the plan (matching no entry, entries skipped, entries served
+  /// online because their place was taken) exceed this fraction of the plan's entries is
+  /// followed by a new recording.
+  double max_off_plan = 0.10;
+  /// How far ahead of the expected entry a request may match (a missing allocation skips
+  /// entries; beyond the window the request is off the plan).
+  std::size_t match_window = 16;
+};
+
+/// Where a planned_pool stands, and what its plan is.
+struct plan_summary {
+  enum class phase : std::uint8_t {
+    online,     ///< before the first mark_step: everything from the online pool
+    recording,  ///< between two marks: the step is recorded, served online
+    serving,    ///< from the plan (and online for what is off it)
+  };
+  phase now = phase::online;
+  std::size_t entries = 0;          ///< allocations of the recorded step
+  std::size_t planned_entries = 0;  ///< those placed in the range (freed inside the step)
+  std::uint64_t range_bytes = 0;    ///< the plan's range
+  std::uint64_t lower_bound_bytes = 0;  ///< the peak of the planned blocks' live bytes: no range is smaller
+  std::chrono::nanoseconds planning_time{0};
+  std::size_t orders_tried = 0;     ///< placements evaluated by the search
+  std::size_t plans_made = 0;
+  std::size_t plans_refused = 0;    ///< plans dropped: the online pool could not hold their range
+  std::size_t steps_served = 0;     ///< steps closed while serving from a plan
+  std::size_t last_step_planned = 0;   ///< allocations of the last step served at their planned place
+  std::size_t last_step_off_plan = 0;  ///< in the last step served
+};
+
+/// A pool for work that repeats: it records one step (between two mark_step() calls), places
+/// every block that lived inside it offline in one range (best fit by size and lifetime, then
+/// a search), and from the next step on serves the requests that match the recording at
+/// their planned offsets. Where the pattern repeats exactly, the range is the step's peak of
+/// live bytes or close to it: no fragmentation, which an online allocator cannot promise.
+///
+/// Matching: requests are matched in order against the recorded allocations by size,
+/// alignment and stream (a missing allocation skips ahead, within match_window). A request
+/// off the plan, or whose planned place is still taken (a block freed late, a leftover of an
+/// earlier step), is served by the online stream_pool: the plan is never corrupted. A step too
+/// far off the plan (max_off_plan) is followed by a new recording. Blocks that outlive their
+/// step, or ask for an alignment above 256, are always served online.
+///
+/// Streams: a planned block reused on another stream than the one that freed the blocks last
+/// at its addresses waits for that stream (an event, as stream_pool's steal). While every
+/// step has followed the plan the blocks last at an entry's addresses are known from the
+/// plan; after a divergence, a planned block on stream T waits for every other stream that
+/// freed planned blocks. Re-planning waits (blocking) for the streams that freed planned
+/// blocks before the range goes back to the online pool.
+///
+/// Thread safety: all members may be called concurrently; one mutex serializes them (the
+/// online pool's per-stream fast path is behind it). Planning runs inside mark_step().
+/// Statistics: exact (one ledger); reserved and free blocks are the online pool's, the range
+/// counting as reserved.
+/// Complexity: a planned allocation O(match_window + log live) amortized, a planned free
+/// O(log distinct offsets); planning O(n^2) per order tried (n allocations in the step).
+/// Misuse (foreign pointer, double free, wrong size) is reported and changes nothing.
+template <class Upstream>
+class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream> {
+  using plan = detail::planned_pool::plan;
+  using plan_entry = detail::planned_pool::plan_entry;
+  using recorded_allocation = detail::planned_pool::recorded_allocation;
+  static constexpr std::size_t quantum = detail::stream_pool::size_classes::quantum;
+
+ public:
+  explicit planned_pool(Upstream upstream = Upstream{}, planned_pool_options options = {})
+      : options_(options), online_(std::move(upstream), options.online) {
+    if (!(options_.max_off_plan >= 0.0)) detail::throw_invalid_argument(name(), "max_off_plan must be 0 or more");
+    if (options_.match_window == 0) detail::throw_invalid_argument(name(), "match_window must be at least 1");
+  }
+
+  planned_pool(const planned_pool&) = delete;
+  planned_pool& operator=(const planned_pool&) = delete;
+
+  /// Gives the plans' ranges back to the online pool (which gives everything to the upstream).
+  /// Live planned blocks are reported as misuse.
+  ~planned_pool() {
+    std::lock_guard lock(mutex_);
+    if (plan_) retired_.push_back(std::move(plan_));
+    for (auto& p : retired_) {
+      if (!p->live.empty()) report_misuse({misuse::live_at_destruction, name(), nullptr, p->live_bytes, 0});
+      give_range_back(*p, stream_ref{});
+    }
+  }
+
+  [[nodiscard]] static constexpr const char* name() noexcept { return "planned_pool"; }
+
+  /// Allocates `bytes` ordered on `s`, at its planned offset when the request matches the plan.
+  /// Throws what stream_pool::allocate throws (nothing changed).
+  void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
+    if (bytes == 0) return online_.allocate(s, 0, align);  // nullptr, or the online pool's error
+    detail::check_request(name(), bytes, align);
+    std::lock_guard lock(mutex_);
+    void* p = nullptr;
+    switch (phase_) {
+      case plan_summary::phase::online: p = online_.allocate(s, bytes, align); break;
+      case plan_summary::phase::recording: p = allocate_recorded(s, bytes, align); break;
+      case plan_summary::phase::serving: p = allocate_served(s, bytes, align); break;
+    }
+    ledger_.book(align_up(bytes, quantum), bytes);
+    return p;
+  }
+
+  [[nodiscard]] void* try_allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
+    try {
+      return allocate(s, bytes, align);
+    } catch (const out_of_memory&) {
+      return nullptr;
+    }
+  }
+
+  /// Frees `p` ordered on `s`: a planned block's place is reusable on `s` at once, on other
+  /// streams after they wait for `s`.
+  void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
+    if (p == nullptr) return;
+    auto addr = reinterpret_cast<std::uintptr_t>(p);
+    std::lock_guard lock(mutex_);
+    if (phase_ == plan_summary::phase::recording) ++ticks_;
+    if (plan_ && plan_->contains(addr)) return free_planned(*plan_, s, addr, bytes);
+    for (std::size_t i = 0; i < retired_.size(); ++i) {
+      plan& old = *retired_[i];
+      if (!old.contains(addr)) continue;
+      free_planned(old, s, addr, bytes);
+      if (old.live.empty()) {
+        give_range_back(old, s);
+        retired_.erase(retired_.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+      return;
+    }
+    std::uint64_t reports = detail::misuse_reports_on_this_thread();
+    online_.deallocate(s, p, bytes, align);
+    if (detail::misuse_reports_on_this_thread() != reports) return;  // refused: nothing changed
+    ledger_.unbook(align_up(bytes, quantum), bytes);
+    if (phase_ == plan_summary::phase::recording) {
+      if (auto it = recorded_live_.find(addr); it != recorded_live_.end()) {
+        recording_[it->second].freed = ticks_;
+        recorded_live_.erase(it);
+      }
+    }
+  }
+
+  void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) { return allocate(stream_ref{}, bytes, align); }
+  void deallocate_sync(void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
+    deallocate(stream_ref{}, p, bytes, align);
+  }
+
+  /// Marks the boundary between two steps. The first mark starts a recording; the next one
+  /// plans the recorded step (within planning_budget) and serving begins; later marks close a
+  /// served step, and start a new recording when it was too far off the plan. Returns where
+  /// the pool stands after the mark. Where the online pool cannot hold the plan's range (out
+  /// of memory), the plan is dropped, counted in plans_refused, and the next step is recorded.
+  plan_summary mark_step() {
+    std::lock_guard lock(mutex_);
+    switch (phase_) {
+      case plan_summary::phase::online: start_recording(); break;
+      case plan_summary::phase::recording: finish_recording(); break;
+      case plan_summary::phase::serving: close_served_step(); break;
+    }
+    return summary_locked();
+  }
+
+  [[nodiscard]] plan_summary summary() const {
+    std::lock_guard lock(mutex_);
+    return summary_locked();
+  }
+
+  /// Returns the online pool's free memory to the upstream (the plan's range stays).
+  std::size_t release() {
+    std::lock_guard lock(mutex_);
+    return online_.release();
+  }
+
+  [[nodiscard]] bool owns(const void* p) const {
+    auto addr = reinterpret_cast<std::uintptr_t>(p);
+    std::lock_guard lock(mutex_);
+    bool in_a_range = false;
+    for (const plan* pl : plans()) {
+      if (!pl->contains(addr)) continue;
+      in_a_range = true;
+      if (const_cast<plan*>(pl)->live_block_at(addr) != nullptr) return true;
+    }
+    return !in_a_range && online_.owns(p);
+  }
+
+  /// The online pool's figures with the live figures of every block, planned or not: the
+  /// ranges count as reserved, not live.
+  [[nodiscard]] vram::stats stats() const {
+    std::lock_guard lock(mutex_);
+    vram::stats st = online_.stats();
+    st.live_bytes = ledger_.live;
+    st.requested_bytes = ledger_.requested;
+    st.peak_live_bytes = ledger_.peak_live;
+    st.peak_requested_bytes = ledger_.peak_requested;
+    st.total_allocations = ledger_.allocations;
+    st.total_deallocations = ledger_.deallocations;
+    st.live_allocations = ledger_.allocations - ledger_.deallocations;
+    st.free_bytes = st.reserved_bytes - st.live_bytes;
+    return st;
+  }
+
+  /// The online pool's free blocks, then the gaps between live blocks in each range.
+  template <class F>
+  void for_each_free_block(F&& f) const {
+    std::lock_guard lock(mutex_);
+    online_.for_each_free_block(f);
+    for (const plan* pl : plans()) {
+      std::vector<std::pair<std::uint64_t, std::uint64_t>> taken;
+      for (std::uint32_t i : pl->live) taken.emplace_back(pl->entries[i].offset, pl->entries[i].size);
+      std::sort(taken.begin(), taken.end());
+      std::uint64_t at = 0;
+      for (auto [offset, size] : taken) {
+        if (offset > at) f(static_cast<std::size_t>(offset - at));
+        at = offset + size;
+      }
+      if (pl->range > at) f(static_cast<std::size_t>(pl->range - at));
+    }
+  }
+
+  /// Verifies the online pool and every plan: live blocks inside their range, pairwise
+  /// disjoint, and the live lists, offsets and byte counts in agreement. Throws std::logic_error.
+  void check_invariants() const {
+    std::lock_guard lock(mutex_);
+    online_.check_invariants();
+    auto fail = [](const char* what) { throw std::logic_error(std::string("planned_pool invariant: ") + what); };
+    std::uint64_t planned_live = 0;
+    for (const plan* pl : plans()) {
+      if (pl->range != 0 && !online_.owns(reinterpret_cast<void*>(pl->base))) fail("a range is not an online block");
+      std::vector<std::pair<std::uint64_t, std::uint64_t>> taken;
+      std::uint64_t bytes = 0;
+      for (std::size_t k = 0; k < pl->live.size(); ++k) {
+        const plan_entry& e = pl->entries[pl->live[k]];
+        if (!e.live || e.live_at != k || !e.planned) fail("live list and flags disagree");
+        if (pl->live_at_slot[e.slot] != pl->live[k] + 1) fail("offset table disagrees");
+        if (e.offset + e.size > pl->range) fail("a block outside its range");
+        taken.emplace_back(e.offset, e.offset + e.size);
+        bytes += e.size;
+      }
+      std::sort(taken.begin(), taken.end());
+      for (std::size_t k = 1; k < taken.size(); ++k)
+        if (taken[k].first < taken[k - 1].second) fail("two live blocks overlap");
+      if (bytes != pl->live_bytes) fail("live bytes miscounted");
+      planned_live += bytes;
+    }
+    if (planned_live > ledger_.live) fail("planned bytes above live bytes");
+    if (ledger_.peak_live < ledger_.live || ledger_.peak_requested < ledger_.requested) fail("peak below current");
+  }
+
+  [[nodiscard]] const planned_pool_options& options() const noexcept { return options_; }
+  [[nodiscard]] const stream_pool<Upstream>& online() const noexcept { return online_; }
+  [[nodiscard]] const Upstream& upstream() const noexcept { return online_.upstream(); }
+
+  friend bool operator==(const planned_pool& a, const planned_pool& b) noexcept { return &a == &b; }
+
+ private:
+  std::vector<const plan*> plans() const {  // pre: mutex_ held
+    std::vector<const plan*> all;
+    if (plan_) all.push_back(plan_.get());
+    for (const auto& p : retired_) all.push_back(p.get());
+    return all;
+  }
+
+  // ---- recording ----------------------------------------------------------------------
+
+  void start_recording() {
+    recording_.clear();
+    recorded_live_.clear();
+    ticks_ = 0;
+    phase_ = plan_summary::phase::recording;
+  }
+
+  void* allocate_recorded(stream_ref s, std::size_t bytes, std::size_t align) {
+    void* p = online_.allocate(s, bytes, align);
+    try {
+      recorded_live_.emplace(reinterpret_cast<std::uintptr_t>(p), recording_.size());
+      recording_.push_back({bytes, align, s.key(), ticks_++});
+    } catch (...) {
+      recorded_live_.erase(reinterpret_cast<std::uintptr_t>(p));
+      online_.deallocate(s, p, bytes, align);
+      throw;
+    }
+    return p;
+  }
+
+  void finish_recording() {
+    plan next = detail::planned_pool::make_plan(recording_, ticks_, quantum, options_.planning_budget);
+    if (next.range != 0) {
+      try {
+        next.base = reinterpret_cast<std::uintptr_t>(online_.allocate_sync(static_cast<std::size_t>(next.range), quantum));
+      } catch (const std::bad_alloc&) {  // no room for the range: stay online, record the next step
+        ++plans_refused_;
+        last_off_plan_ = last_planned_ = 0;
+        start_recording();
+        return;
+      }
+    }
+    plan_ = std::make_unique<plan>(std::move(next));
+    ++plans_made_;
+    last_off_plan_ = last_planned_ = 0;  // the step just closed was recorded, not served
+    recording_.clear();
+    recorded_live_.clear();
+    phase_ = plan_summary::phase::serving;
+  }
+
+  // ---- serving ------------------------------------------------------------------------
+
+  void* allocate_served(stream_ref s, std::size_t bytes, std::size_t align) {
+    plan& pl = *plan_;
+    const std::uint32_t k = pl.match(bytes, align, s.key(), options_.match_window);
+    if (k == plan::no_match) {
+      void* p = online_.allocate(s, bytes, align);
+      ++pl.off_plan;
+      return p;
+    }
+    const plan_entry& e = pl.entries[k];
+    const bool in_order = k >= pl.frontier;  // every entry matched so far in this step comes before it
+    const bool at_place = e.planned && place_is_free(pl, k, in_order) && order_after_frees(pl, k, s);
+    // The online pool may throw: nothing has changed yet.
+    void* p = at_place ? reinterpret_cast<void*>(pl.base + e.offset) : online_.allocate(s, bytes, align);
+    pl.consume(k, options_.match_window);
+    if (e.planned && !in_order) pl.history_exact = false;  // its place's occupants came in another order
+    if (at_place) {
+      pl.mark_live(k);
+      ++pl.served;
+    } else if (e.planned) {  // its place was taken
+      ++pl.off_plan;
+      pl.history_exact = false;
+    }
+    return p;
+  }
+
+  /// No live block overlaps entry k's place. `in_order`: the quick proof applies (plan::live_outlast).
+  static bool place_is_free(plan& pl, std::uint32_t k, bool in_order) {
+    const plan_entry& e = pl.entries[k];
+    if (e.live) return false;  // its block of an earlier step is still live
+    return (in_order && pl.live_outlast(k)) || !pl.overlaps_live(e.offset, e.size);
+  }
+
+  /// Makes `s` wait for the streams that freed the blocks last at entry k's addresses; false
+  /// (nothing waited) where the pool cannot order it (a stream's event could not be recorded).
+  bool order_after_frees(plan& pl, std::uint32_t k, stream_ref s) noexcept {
+    auto wait_for = [&](std::size_t stream_index) {
+      const auto& freed = pl.streams[stream_index];
+      if (freed.key != s.key()) freed.stream.record().make_wait(s);
+    };
+    try {
+      if (pl.history_exact) {
+        const plan_entry& e = pl.entries[k];
+        for (std::uint32_t i = e.preds_begin; i < e.preds_end; ++i)
+          if (std::uint16_t on = pl.entries[pl.preds[i]].freed_on; on != 0) wait_for(on - 1u);
+      } else {
+        for (std::size_t i = 0; i < pl.streams.size(); ++i) wait_for(i);
+      }
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
+
+  void free_planned(plan& pl, stream_ref s, std::uintptr_t addr, std::size_t bytes) noexcept {
+    plan_entry* e = pl.live_block_at(addr);
+    if (e == nullptr || e->requested != bytes) {
+      misuse kind = e != nullptr ? misuse::wrong_size : misuse::double_free;
+      if (e == nullptr && !std::binary_search(pl.slot_offsets.begin(), pl.slot_offsets.end(), addr - pl.base))
+        kind = misuse::foreign_pointer;  // inside the range but where no block ever starts
+      report_misuse({kind, name(), reinterpret_cast<void*>(addr), bytes, e != nullptr ? e->requested : 0});
+      return;
+    }
+    pl.mark_free(static_cast<std::uint32_t>(e - pl.entries.data()));
+    e->freed_on = stream_index_of(pl, s);
+    ledger_.unbook(e->size, bytes);
+  }
+
+  /// plan::streams index + 1 of `s` (added on its first free; 0 for the synchronous stream,
+  /// whose frees anyone may reuse at once, and when the list cannot grow: then waits fall
+  /// back to everything pending, see order_after_frees).
+  static std::uint16_t stream_index_of(plan& pl, stream_ref s) noexcept {
+    if (s.key() == 0) return 0;
+    for (std::size_t i = 0; i < pl.streams.size(); ++i) {
+      if (pl.streams[i].key != s.key()) continue;
+      if (pl.streams[i].stream.stale(s)) pl.streams[i].stream.refresh(s);
+      return static_cast<std::uint16_t>(i + 1);
+    }
+    try {
+      if (pl.streams.size() < UINT16_MAX) {
+        pl.streams.push_back({s.key(), detail::stream_pool::freeing_stream(s)});
+        return static_cast<std::uint16_t>(pl.streams.size());
+      }
+    } catch (...) {
+    }
+    pl.history_exact = false;  // this free is not remembered: wait for every known stream
+    return 0;
+  }
+
+  void close_served_step() {
+    plan& pl = *plan_;
+    for (std::size_t i = pl.cursor; i < pl.entries.size(); ++i) {  // never requested
+      if (pl.entries[i].matched == pl.step) continue;
+      ++pl.off_plan;
+      if (pl.entries[i].planned) pl.history_exact = false;
+    }
+    last_off_plan_ = pl.off_plan;
+    last_planned_ = pl.served;
+    ++steps_served_;
+    if (double(pl.off_plan) > options_.max_off_plan * double(pl.entries.size())) {
+      retire(std::move(plan_));
+      start_recording();
+      return;
+    }
+    pl.cursor = 0;
+    pl.frontier = 0;
+    pl.off_plan = 0;
+    pl.served = 0;
+    ++pl.step;
+    pl.due.clear();  // drops the stale pairs (a block live for ever would keep them all)
+    for (std::uint32_t i : pl.live) pl.due.emplace_back(plan::at(pl.entries[i].serial, pl.entries[i].freed), i);
+    std::make_heap(pl.due.begin(), pl.due.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  }
+
+  void retire(std::unique_ptr<plan> old) {
+    if (old->live.empty()) {
+      give_range_back(*old, stream_ref{});
+    } else {
+      retired_.push_back(std::move(old));
+    }
+  }
+
+  /// Frees the range into the online pool on `s`, after every stream that freed planned
+  /// blocks (s waits for them: blocking when s is the synchronous stream).
+  void give_range_back(plan& pl, stream_ref s) noexcept {
+    if (pl.range == 0) return;
+    for (const auto& freed : pl.streams) {
+      if (freed.key == s.key()) continue;
+      try {
+        freed.stream.record().make_wait(s);
+      } catch (...) {
+        report_misuse({misuse::upstream_failure, name(), reinterpret_cast<void*>(pl.base), 0, 0});
+      }
+    }
+    online_.deallocate(s, reinterpret_cast<void*>(pl.base), static_cast<std::size_t>(pl.range), quantum);
+    pl.range = 0;
+  }
+
+  plan_summary summary_locked() const {
+    plan_summary out;
+    out.now = phase_;
+    out.plans_made = plans_made_;
+    out.plans_refused = plans_refused_;
+    out.steps_served = steps_served_;
+    out.last_step_off_plan = last_off_plan_;
+    out.last_step_planned = last_planned_;
+    if (plan_ && phase_ == plan_summary::phase::serving) {
+      out.entries = plan_->entries.size();
+      out.planned_entries = plan_->planned_entries;
+      out.range_bytes = plan_->range;
+      out.lower_bound_bytes = plan_->lower_bound;
+      out.planning_time = plan_->planning_time;
+      out.orders_tried = plan_->orders_tried;
+    }
+    return out;
+  }
+
+  planned_pool_options options_;
+  mutable detail::stream_pool::heap_mutex mutex_;  // guards everything below; taken before the online pool's locks
+  stream_pool<Upstream> online_;
+  plan_summary::phase phase_ = plan_summary::phase::online;
+  std::vector<recorded_allocation> recording_;
+  std::unordered_map<std::uintptr_t, std::size_t> recorded_live_;  // recording_ index of each recorded live block
+  std::uint32_t ticks_ = 0;                                        // events of the step being recorded
+  std::unique_ptr<plan> plan_;                                     // while serving
+  std::vector<std::unique_ptr<plan>> retired_;                     // earlier plans with blocks still live
+  detail::stream_pool::ledger ledger_;
+  std::size_t plans_made_ = 0, plans_refused_ = 0, steps_served_ = 0, last_off_plan_ = 0, last_planned_ = 0;
+};
+
+static_assert(resource<planned_pool<host_source>>);
+static_assert(resource_with<planned_pool<host_source>, host_accessible>);
+static_assert(has_try_allocate<planned_pool<host_source>> && has_release<planned_pool<host_source>> &&
+              has_stats<planned_pool<host_source>> && has_owns<planned_pool<host_source>> &&
+              has_check_invariants<planned_pool<host_source>> && has_free_blocks<planned_pool<host_source>>);
+
+}  // namespace vram

@@ -1,0 +1,415 @@
+// planned_pool: the placement's guarantees, exact repeats served from the plan, property tests
+// with random divergence from the plan, stream order across a reused place, misuse, a plan
+// the online pool cannot hold, and re-recording.
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <vram/alloc/planned_pool.hpp>
+#include <vram/core/host_stream.hpp>
+#include <vram/source/host_source.hpp>
+
+#include "support/misuse_capture.hpp"
+
+namespace {
+
+using pool_t = vram::planned_pool<vram::host_source>;
+using phase = vram::plan_summary::phase;
+using vram::detail::planned_pool::lifetime;
+
+/// One event of a step: an allocation of `bytes` named `id`, or the free of `id`.
+struct op {
+  bool alloc;
+  int id;
+  std::size_t bytes;
+  int stream = 0;
+};
+using step_ops = std::vector<op>;
+
+/// A training-like step: nested forward/backward blocks, short temporaries, and `outliving`
+/// blocks allocated in the step and freed in the next (ids >= 100000 carry across).
+step_ops random_step(std::mt19937_64& rng, int blocks, int streams = 1) {
+  step_ops ops;
+  std::vector<op> stack;
+  std::uniform_int_distribution<int> kind(0, 9);
+  int id = 0;
+  for (int i = 0; i < blocks; ++i) {
+    std::size_t bytes = 256 * (1 + rng() % 64) + rng() % 256;
+    int s = static_cast<int>(rng() % streams);
+    int k = kind(rng);
+    if (k < 4) {  // a temporary
+      ops.push_back({true, id, bytes, s});
+      ops.push_back({false, id, bytes, s});
+    } else if (k < 9 || stack.empty()) {  // a saved activation
+      ops.push_back({true, id, bytes, s});
+      stack.push_back({true, id, bytes, s});
+    } else {  // backward frees the latest
+      ops.push_back({false, stack.back().id, stack.back().bytes, stack.back().stream});
+      stack.pop_back();
+    }
+    ++id;
+  }
+  while (!stack.empty()) {
+    ops.push_back({false, stack.back().id, stack.back().bytes, stack.back().stream});
+    stack.pop_back();
+  }
+  return ops;
+}
+
+/// Runs steps on a pool, writing a tag into every block and checking it before the free (two
+/// live blocks that overlap would overwrite each other's tag), and checking invariants after
+/// every operation. Blocks still live at the end of a step stay live into the next.
+struct runner {
+  pool_t& pool;
+  std::vector<vram::stream_ref> streams{vram::stream_ref{}};
+  std::map<int, std::pair<void*, std::size_t>> live;
+  std::uint32_t serial = 0;
+
+  static void tag(void* p, std::size_t bytes, std::uint32_t v) {
+    for (std::size_t at = 0; at + 4 <= bytes; at += 64) std::memcpy(static_cast<char*>(p) + at, &v, 4);
+  }
+  static bool tagged(const void* p, std::size_t bytes, std::uint32_t v) {
+    for (std::size_t at = 0; at + 4 <= bytes; at += 64) {
+      std::uint32_t got;
+      std::memcpy(&got, static_cast<const char*>(p) + at, 4);
+      if (got != v) return false;
+    }
+    return true;
+  }
+  std::map<int, std::uint32_t> tags;
+
+  void run(const step_ops& ops, int carry_base = 0) {
+    for (const op& o : ops) {
+      int id = o.id + carry_base;
+      vram::stream_ref s = streams[static_cast<std::size_t>(o.stream) % streams.size()];
+      if (o.alloc) {
+        void* p = pool.allocate(s, o.bytes);
+        REQUIRE(p != nullptr);
+        tag(p, o.bytes, ++serial);
+        tags[id] = serial;
+        live[id] = {p, o.bytes};
+      } else if (auto it = live.find(id); it != live.end()) {
+        REQUIRE(tagged(it->second.first, it->second.second, tags[id]));
+        pool.deallocate(s, it->second.first, it->second.second);
+        live.erase(it);
+      }
+      pool.check_invariants();
+    }
+  }
+  void free_all() {
+    for (auto& [id, b] : live) {
+      REQUIRE(tagged(b.first, b.second, tags[id]));
+      pool.deallocate_sync(b.first, b.second);
+    }
+    live.clear();
+  }
+};
+
+/// Records `step` and plans it: the pool serves from the plan afterwards.
+vram::plan_summary learn(runner& r, const step_ops& step) {
+  r.pool.mark_step();
+  r.run(step);
+  return r.pool.mark_step();
+}
+
+/// Learns `learned`, then runs `then` (its ids offset by 1000) and closes that step.
+vram::plan_summary learn_then_run(runner& r, const step_ops& learned, const step_ops& then) {
+  learn(r, learned);
+  r.run(then, 1000);
+  return r.pool.mark_step();
+}
+
+}  // namespace
+
+TEST_CASE("planned_pool placement: blocks live together never overlap, and no range is below the peak",
+          "[planned_pool]") {
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<lifetime> blocks;
+    for (int i = 0; i < 300; ++i) {
+      std::uint32_t begin = static_cast<std::uint32_t>(rng() % 1000);
+      blocks.push_back({256 * (1 + rng() % 100), begin, begin + 1 + static_cast<std::uint32_t>(rng() % 200)});
+    }
+    auto where = vram::detail::planned_pool::place(blocks, std::chrono::milliseconds(5), seed);
+    REQUIRE(where.offsets.size() == blocks.size());
+    CHECK(where.range >= where.lower_bound);
+    CHECK(where.lower_bound == vram::detail::planned_pool::live_peak(blocks));
+    for (std::size_t a = 0; a < blocks.size(); ++a) {
+      CHECK(where.offsets[a] + blocks[a].size <= where.range);
+      for (std::size_t b = a + 1; b < blocks.size(); ++b) {
+        bool together = blocks[a].begin < blocks[b].end && blocks[b].begin < blocks[a].end;
+        bool overlap = where.offsets[a] < where.offsets[b] + blocks[b].size &&
+                       where.offsets[b] < where.offsets[a] + blocks[a].size;
+        if (together && overlap) FAIL("blocks " << a << " and " << b << " overlap while both live");
+      }
+    }
+  }
+}
+
+TEST_CASE("planned_pool placement: blocks that never live together share one place", "[planned_pool]") {
+  std::vector<lifetime> chain;  // each freed before the next: the peak is the largest
+  for (std::uint32_t i = 0; i < 100; ++i) chain.push_back({256 * (1 + i % 7), 2 * i, 2 * i + 1});
+  auto where = vram::detail::planned_pool::place(chain, std::chrono::milliseconds(0));
+  CHECK(where.range == 7 * 256);
+  CHECK(where.range == where.lower_bound);
+}
+
+TEST_CASE("planned_pool: an exact repeat is served from the plan, with no upstream call", "[planned_pool]") {
+  std::mt19937_64 rng(7);
+  step_ops step = random_step(rng, 400);
+  std::size_t allocs = 0;
+  for (const op& o : step) allocs += o.alloc;
+  pool_t pool;
+  runner r{pool};
+  CHECK(pool.summary().now == phase::online);
+  auto s = learn(r, step);
+  REQUIRE(s.now == phase::serving);
+  CHECK(s.entries == allocs);
+  CHECK(s.planned_entries == allocs);
+  CHECK(s.range_bytes >= s.lower_bound_bytes);
+  CHECK(s.range_bytes <= s.lower_bound_bytes + s.lower_bound_bytes / 20);  // within 5% of the bound
+  auto before = pool.stats();
+  for (int k = 0; k < 3; ++k) {
+    r.run(step);
+    s = pool.mark_step();
+    CHECK(s.now == phase::serving);
+    CHECK(s.last_step_off_plan == 0);
+    CHECK(s.last_step_planned == allocs);
+  }
+  auto after = pool.stats();
+  CHECK(after.upstream_allocations == before.upstream_allocations);
+  CHECK(after.reserved_bytes == before.reserved_bytes);
+  CHECK(after.live_bytes == 0);
+  CHECK(after.total_allocations == 4 * allocs);
+  CHECK(s.plans_made == 1);
+  CHECK(s.steps_served == 3);
+}
+
+TEST_CASE("planned_pool: steps that diverge from the plan never corrupt it (property)", "[planned_pool]") {
+  vram::test::misuse_capture misuse;
+  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+    std::mt19937_64 rng(seed);
+    step_ops base = random_step(rng, 150);
+    pool_t pool(vram::host_source{}, {.planning_budget = std::chrono::milliseconds(2), .max_off_plan = 0.5});
+    runner r{pool};
+    std::size_t planned = 0, off_plan = 0;
+    learn(r, base);
+    for (int k = 0; k < 8; ++k) {
+      step_ops next;
+      int carry = 100000 * (k + 1);
+      for (const op& o : base) {
+        op changed = o;
+        int dice = static_cast<int>(rng() % 100);
+        if (o.alloc && dice < 2) continue;                    // a missing allocation (its free finds nothing)
+        if (o.alloc && dice < 4) changed.bytes += 256;        // another size
+        if (!o.alloc && dice < 3) continue;                   // freed late: in the next step
+        next.push_back(changed);
+        if (dice >= 98) next.push_back({true, 50000 + static_cast<int>(next.size()), 512, 0});  // an extra one
+        if (dice >= 96 && next.size() >= 2) std::swap(next[next.size() - 1], next[next.size() - 2]);  // out of order
+      }
+      // Blocks left live by the last step (late frees, extras) are freed half way through this one.
+      std::vector<int> leftovers;
+      for (auto& [id, b] : r.live) leftovers.push_back(id);
+      r.run(step_ops(next.begin(), next.begin() + static_cast<std::ptrdiff_t>(next.size() / 2)), carry);
+      for (int id : leftovers) {
+        auto b = r.live.at(id);
+        REQUIRE(runner::tagged(b.first, b.second, r.tags[id]));
+        pool.deallocate_sync(b.first, b.second);
+        r.live.erase(id);
+        pool.check_invariants();
+      }
+      r.run(step_ops(next.begin() + static_cast<std::ptrdiff_t>(next.size() / 2), next.end()), carry);
+      auto s = pool.mark_step();
+      planned += s.last_step_planned;
+      off_plan += s.last_step_off_plan;
+    }
+    r.free_all();
+    pool.check_invariants();
+    CHECK(pool.stats().live_bytes == 0);
+    CHECK(pool.stats().live_allocations == 0);
+    // Both paths ran: blocks from the plan, and the divergence online.
+    CHECK(planned > 0);
+    CHECK(off_plan > 0);
+  }
+  CHECK(misuse.count() == 0);
+}
+
+TEST_CASE("planned_pool: a missing allocation, an extra one and two swapped cost only themselves", "[planned_pool]") {
+  std::mt19937_64 rng(11);
+  step_ops step = random_step(rng, 300);
+  std::vector<std::size_t> allocs;
+  for (std::size_t i = 0; i < step.size(); ++i)
+    if (step[i].alloc) allocs.push_back(i);
+  step_ops next = step;
+  // Two allocations in a row swapped, then one dropped (with its free), then one added.
+  std::size_t swap_at = 0;
+  for (std::size_t i = 50; i + 1 < next.size(); ++i)
+    if (next[i].alloc && next[i + 1].alloc) {
+      std::swap(next[i], next[i + 1]);
+      swap_at = i;
+      break;
+    }
+  REQUIRE(swap_at != 0);
+  int dropped = next[allocs[150]].id;
+  std::erase_if(next, [&](const op& o) { return o.id == dropped; });
+  next.insert(next.begin() + 200, {true, 90000, 777, 0});
+  next.insert(next.begin() + 201, {false, 90000, 777, 0});
+  pool_t pool;
+  runner r{pool};
+  auto s = learn_then_run(r, step, next);
+  CHECK(s.now == phase::serving);
+  CHECK(s.last_step_off_plan <= 3);  // the dropped entry, the extra request, and at most one swapped
+  CHECK(s.last_step_planned + s.last_step_off_plan >= allocs.size() - 1);
+  r.run(step, 2000);  // back to the plan
+  s = pool.mark_step();
+  CHECK(s.last_step_off_plan == 0);
+  CHECK(s.last_step_planned == allocs.size());
+  r.free_all();
+  pool.check_invariants();
+}
+
+TEST_CASE("planned_pool: on several streams, diverging steps keep invariants and blocks intact", "[planned_pool]") {
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    std::mt19937_64 rng(seed);
+    step_ops base = random_step(rng, 200, 3);
+    vram::host_stream a, b, c;
+    pool_t pool(vram::host_source{}, {.planning_budget = std::chrono::milliseconds(2)});
+    runner r{pool, {a, b, c}};
+    learn(r, base);
+    for (int k = 0; k < 4; ++k) {
+      step_ops next = base;
+      if (k % 2 == 1)  // a divergent step: two allocations change size
+        for (op& o : next)
+          if (o.alloc && rng() % 50 == 0) o.bytes += 512;
+      // The tags are written by the host thread: synchronize so that stream work (none here)
+      // cannot race them; what is checked is that places never overlap.
+      r.run(next, 100000 * (k + 1));
+      pool.mark_step();
+    }
+    r.free_all();
+    a.synchronize();
+    b.synchronize();
+    c.synchronize();
+    pool.check_invariants();
+    CHECK(pool.stats().live_bytes == 0);
+  }
+}
+
+TEST_CASE("planned_pool: a place reused on another stream waits for the stream that freed it", "[planned_pool]") {
+  vram::host_stream first, second;
+  pool_t pool;
+  static constexpr std::size_t bytes = 4096;
+  auto step = [&](bool slow_writer) -> void* {
+    void* x = pool.allocate(first, bytes);
+    if (slow_writer)  // work on `first` still using x after its free is ordered
+      first.enqueue([x] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        std::memset(x, 'A', bytes);
+      });
+    pool.deallocate(first, x, bytes);
+    void* y = pool.allocate(second, bytes);
+    second.enqueue([y] { std::memset(y, 'B', bytes); });
+    second.synchronize();
+    first.synchronize();
+    pool.deallocate(second, y, bytes);
+    return y == x ? y : nullptr;
+  };
+  pool.mark_step();
+  step(false);
+  pool.mark_step();
+  step(false);  // served: x and y share a place; y's stream now waits for x's
+  pool.mark_step();
+  void* shared = step(true);
+  REQUIRE(shared != nullptr);  // the plan put both at one place
+  CHECK(static_cast<char*>(shared)[0] == 'B');  // second's write ran after first's
+  CHECK(static_cast<char*>(shared)[bytes - 1] == 'B');
+  CHECK(pool.summary().last_step_off_plan == 0);
+  pool.check_invariants();
+}
+
+TEST_CASE("planned_pool: misuse of planned blocks is reported and changes nothing", "[planned_pool]") {
+  vram::test::misuse_capture misuse;
+  pool_t pool;
+  pool.mark_step();
+  void* a = pool.allocate_sync(1000);
+  void* b = pool.allocate_sync(3000);
+  pool.deallocate_sync(b, 3000);
+  pool.deallocate_sync(a, 1000);
+  pool.mark_step();
+  a = pool.allocate_sync(1000);
+  b = pool.allocate_sync(3000);
+  REQUIRE(pool.summary().planned_entries == 2);
+  auto before = pool.stats();
+  pool.deallocate_sync(a, 999);  // wrong size
+  CHECK(misuse.count(vram::misuse::wrong_size) == 1);
+  pool.deallocate_sync(static_cast<char*>(b) + 256, 2000);  // inside the range, where no block starts
+  CHECK(misuse.count(vram::misuse::foreign_pointer) == 1);
+  CHECK(pool.stats().live_bytes == before.live_bytes);
+  CHECK(pool.owns(a));
+  CHECK_FALSE(pool.owns(static_cast<char*>(b) + 256));
+  pool.check_invariants();
+  pool.deallocate_sync(a, 1000);
+  pool.deallocate_sync(a, 1000);  // double free
+  CHECK(misuse.count(vram::misuse::double_free) == 1);
+  CHECK_FALSE(pool.owns(a));
+  pool.deallocate_sync(b, 3000);
+  pool.check_invariants();
+  CHECK(pool.stats().live_bytes == 0);
+  CHECK(misuse.count() == 3);
+}
+
+TEST_CASE("planned_pool: a plan the online pool cannot hold is refused, and the next step recorded", "[planned_pool]") {
+  // A cap of 1 MiB: the step's 600 KiB block lives beside a 512 KiB one that outlives the
+  // step, so the 600 KiB range does not fit beside it.
+  pool_t pool(vram::host_source{},
+              {.online = {.maximum_size = std::size_t{1} << 20, .growth_step = 64 << 10, .small_max = 0}});
+  pool.mark_step();
+  void* kept = pool.allocate_sync(512 << 10);
+  void* big = pool.allocate_sync(400 << 10);
+  pool.deallocate_sync(big, 400 << 10);
+  auto s = pool.mark_step();
+  // 400 KiB fits in what is left (1 MiB - 512 KiB): planned
+  CHECK(s.now == phase::serving);
+  pool.deallocate_sync(kept, 512 << 10);
+  pool_t capped(vram::host_source{}, {.online = {.maximum_size = std::size_t{1} << 20, .small_max = 0}});
+  capped.mark_step();
+  void* hold = capped.allocate_sync(700 << 10);
+  void* step_block = capped.allocate_sync(300 << 10);
+  capped.deallocate_sync(step_block, 300 << 10);
+  void* grab = capped.allocate_sync(300 << 10);  // outlives the step: the 300 KiB range cannot fit
+  s = capped.mark_step();
+  CHECK(s.now == phase::recording);
+  CHECK(s.plans_refused == 1);
+  CHECK(s.plans_made == 0);
+  capped.check_invariants();
+  capped.deallocate_sync(grab, 300 << 10);
+  capped.deallocate_sync(hold, 700 << 10);
+  CHECK(capped.stats().live_bytes == 0);
+}
+
+TEST_CASE("planned_pool: a step far off the plan is followed by a new recording", "[planned_pool]") {
+  std::mt19937_64 rng(3);
+  step_ops one = random_step(rng, 100), other = random_step(rng, 100);
+  for (op& o : other) o.bytes += 8192;  // nothing matches
+  pool_t pool;
+  runner r{pool};
+  auto s = learn_then_run(r, one, other);
+  CHECK(s.now == phase::recording);
+  CHECK(s.last_step_off_plan >= 100);
+  r.run(other, 2000);
+  s = pool.mark_step();
+  CHECK(s.now == phase::serving);
+  CHECK(s.plans_made == 2);
+  r.run(other, 3000);
+  s = pool.mark_step();
+  CHECK(s.last_step_off_plan == 0);
+  r.free_all();
+  pool.check_invariants();
+}
