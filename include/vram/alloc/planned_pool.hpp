@@ -272,6 +272,9 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
       std::sort(taken.begin(), taken.end());
       for (std::size_t k = 1; k < taken.size(); ++k)
         if (taken[k].first < taken[k - 1].second) fail("two live blocks overlap");
+      std::size_t carried = 0;
+      for (std::uint32_t i : pl->live) carried += pl->entries[i].serial != pl->step;
+      if (pl == plan_.get() && carried != pl->carried) fail("blocks of earlier steps miscounted");
       if (bytes != pl->live_bytes) fail("live bytes miscounted");
       planned_live += bytes;
     }
@@ -318,6 +321,10 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
   void finish_recording() {
     plan next = detail::planned_pool::make_plan(recording_, ticks_, quantum, options_.planning_budget);
     if (next.range != 0) {
+      // What the recorded step held (its online fragmentation included) goes back to the
+      // upstream first, so the range adds nothing to the peak where the step's memory was
+      // free: served steps need only the range and what outlives the steps.
+      online_.release();
       try {
         next.base = reinterpret_cast<std::uintptr_t>(online_.allocate_sync(static_cast<std::size_t>(next.range), quantum));
       } catch (const std::bad_alloc&) {  // no room for the range: stay online, record the next step
@@ -347,7 +354,8 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     }
     const plan_entry& e = pl.entries[k];
     const bool in_order = k >= pl.frontier;  // every entry matched so far in this step comes before it
-    const bool at_place = e.planned && place_is_free(pl, k, in_order) && order_after_frees(pl, k, s);
+    if (!in_order) pl.in_order_step = false;
+    const bool at_place = e.planned && place_is_free(pl, k) && order_after_frees(pl, k, s);
     // The online pool may throw: nothing has changed yet.
     void* p = at_place ? reinterpret_cast<void*>(pl.base + e.offset) : online_.allocate(s, bytes, align);
     pl.consume(k, options_.match_window);
@@ -362,11 +370,11 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     return p;
   }
 
-  /// No live block overlaps entry k's place. `in_order`: the quick proof applies (plan::live_outlast).
-  static bool place_is_free(plan& pl, std::uint32_t k, bool in_order) {
+  /// No live block overlaps entry k's place.
+  static bool place_is_free(plan& pl, std::uint32_t k) {
     const plan_entry& e = pl.entries[k];
     if (e.live) return false;  // its block of an earlier step is still live
-    return (in_order && pl.live_outlast(k)) || !pl.overlaps_live(e.offset, e.size);
+    return pl.planned_frees_done(k) || !pl.overlaps_live(e.offset, e.size);
   }
 
   /// Makes `s` wait for the streams that freed the blocks last at entry k's addresses; false
@@ -394,7 +402,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     plan_entry* e = pl.live_block_at(addr);
     if (e == nullptr || e->requested != bytes) {
       misuse kind = e != nullptr ? misuse::wrong_size : misuse::double_free;
-      if (e == nullptr && !std::binary_search(pl.slot_offsets.begin(), pl.slot_offsets.end(), addr - pl.base))
+      if (e == nullptr && pl.slots.find(addr - pl.base) == detail::planned_pool::offset_table::none)
         kind = misuse::foreign_pointer;  // inside the range but where no block ever starts
       report_misuse({kind, name(), reinterpret_cast<void*>(addr), bytes, e != nullptr ? e->requested : 0});
       return;
@@ -445,9 +453,9 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     pl.off_plan = 0;
     pl.served = 0;
     ++pl.step;
-    pl.due.clear();  // drops the stale pairs (a block live for ever would keep them all)
-    for (std::uint32_t i : pl.live) pl.due.emplace_back(plan::at(pl.entries[i].serial, pl.entries[i].freed), i);
-    std::make_heap(pl.due.begin(), pl.due.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    pl.free_cursor = 0;
+    pl.in_order_step = true;
+    pl.carried = pl.live.size();
   }
 
   void retire(std::unique_ptr<plan> old) {

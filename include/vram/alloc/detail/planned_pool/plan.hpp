@@ -20,6 +20,51 @@ namespace vram::detail::planned_pool {
 
 inline constexpr std::uint32_t no_tick = UINT32_MAX;
 
+/// A fixed hash table from the offsets planned blocks start at to dense slots: a free finds
+/// its block in one or two probes (open addressing, at most half full).
+class offset_table {
+ public:
+  static constexpr std::uint32_t none = UINT32_MAX;
+
+  /// Gives each distinct offset a slot, in the order first seen; returns the slots by offset given.
+  std::vector<std::uint32_t> build(const std::vector<std::uint64_t>& offsets) {
+    std::size_t capacity = 16;
+    while (capacity < 2 * offsets.size()) capacity *= 2;
+    keys_.assign(capacity, 0);
+    values_.assign(capacity, none);
+    mask_ = capacity - 1;
+    std::vector<std::uint32_t> out;
+    out.reserve(offsets.size());
+    for (std::uint64_t offset : offsets) {
+      std::size_t at = probe(offset);
+      if (keys_[at] == 0) {
+        keys_[at] = offset + 1;
+        values_[at] = size_++;
+      }
+      out.push_back(values_[at]);
+    }
+    return out;
+  }
+  [[nodiscard]] std::uint32_t find(std::uint64_t offset) const noexcept {
+    if (keys_.empty()) return none;
+    std::size_t at = probe(offset);
+    return keys_[at] == offset + 1 ? values_[at] : none;
+  }
+  [[nodiscard]] std::uint32_t size() const noexcept { return size_; }
+
+ private:
+  /// The slot holding `offset`, or the empty one where it would go.
+  [[nodiscard]] std::size_t probe(std::uint64_t offset) const noexcept {
+    std::size_t at = static_cast<std::size_t>(((offset >> 8) * 0x9E3779B97F4A7C15ull) >> 17) & mask_;
+    while (keys_[at] != 0 && keys_[at] != offset + 1) at = (at + 1) & mask_;
+    return at;
+  }
+  std::vector<std::uint64_t> keys_;  // offset + 1; 0: empty
+  std::vector<std::uint32_t> values_;
+  std::size_t mask_ = 0;
+  std::uint32_t size_ = 0;
+};
+
 /// One allocation of a recorded step, in the order it came.
 struct recorded_allocation {
   std::uint64_t requested = 0;
@@ -44,7 +89,8 @@ struct plan_entry {
   std::size_t align = 0;
   std::uint32_t allocated = 0, freed = 0;  ///< planned ticks
   std::uint32_t preds_begin = 0, preds_end = 0;  ///< plan::preds: the blocks last at these addresses before it
-  std::uint32_t slot = 0;        ///< plan::slot_offsets index of `offset`
+  std::uint32_t slot = 0;        ///< plan::live_at_slot index of `offset` (entries at one offset share it)
+  std::uint32_t frees_before = 0;  ///< planned frees at or before its allocation: plan::free_order's prefix
   std::uint32_t live_at = 0;     ///< plan::live index while live
   std::uint64_t serial = 0;      ///< the step it was last served in (plan::step)
   std::uint64_t matched = 0;     ///< the step it was last matched (or given up) in
@@ -57,14 +103,11 @@ struct plan_entry {
 struct plan {
   std::vector<plan_entry> entries;
   std::vector<std::uint32_t> preds;          ///< per entry, [preds_begin, preds_end)
-  std::vector<std::uint64_t> slot_offsets;   ///< the distinct offsets of planned entries, ascending
+  offset_table slots;                        ///< offset -> slot, for the offsets planned entries start at
   std::vector<std::uint32_t> live_at_slot;   ///< entry index + 1 of the live block at that offset, 0: none
   std::vector<std::uint32_t> live;           ///< the live entries (any order)
   std::vector<plan_stream> streams;          ///< streams that freed planned blocks
-  /// A min-heap of (planned free, entry) over the live blocks (and stale pairs of blocks since
-  /// freed, dropped when they reach the top): while every live block is planned to be freed
-  /// after an entry is allocated, the entry overlaps none of them (the placement guarantees it).
-  std::vector<std::pair<std::uint64_t, std::uint32_t>> due;
+  std::vector<std::uint32_t> free_order;     ///< planned entries by planned free
   std::uintptr_t base = 0;                   ///< the range: one block of the online pool
   std::uint64_t range = 0;
   std::uint64_t lower_bound = 0;             ///< peak live bytes of the planned blocks
@@ -83,6 +126,12 @@ struct plan {
   /// True while every planned entry has been served at its place, in order, since the plan
   /// began: then the blocks last at an entry's addresses are exactly its preds.
   bool history_exact = true;
+  /// For the quick proof that a place is free (planned_frees_done): free_order's prefix seen
+  /// freed in this step, whether every entry matched in this step came in plan order, and the
+  /// live blocks served in earlier steps.
+  std::size_t free_cursor = 0;
+  bool in_order_step = true;
+  std::size_t carried = 0;
 
   [[nodiscard]] bool contains(std::uintptr_t p) const noexcept { return p - base < range; }
 
@@ -119,10 +168,9 @@ struct plan {
 
   /// The live entry whose block starts at `p` (in the range), or nullptr.
   [[nodiscard]] plan_entry* live_block_at(std::uintptr_t p) noexcept {
-    std::uint64_t offset = p - base;
-    auto it = std::lower_bound(slot_offsets.begin(), slot_offsets.end(), offset);
-    if (it == slot_offsets.end() || *it != offset) return nullptr;
-    std::uint32_t e = live_at_slot[static_cast<std::size_t>(it - slot_offsets.begin())];
+    std::uint32_t slot = slots.find(p - base);
+    if (slot == offset_table::none) return nullptr;
+    std::uint32_t e = live_at_slot[slot];
     return e == 0 ? nullptr : &entries[e - 1];
   }
 
@@ -135,33 +183,22 @@ struct plan {
     return false;
   }
 
-  /// A planned tick of a step, comparable across steps.
-  [[nodiscard]] static std::uint64_t at(std::uint64_t serial, std::uint32_t tick) noexcept {
-    return serial << 32 | tick;
-  }
-
-  /// True when every live block is planned to outlive the start of entry i in this step:
-  /// then, where every block served in this step comes before i in the plan (the caller's
-  /// in_order), each one's lifetime overlaps i's, and by the placement none overlaps it in
-  /// address. O(log live) amortized.
-  [[nodiscard]] bool live_outlast(std::uint32_t i) {
-    auto later = [](const auto& a, const auto& b) { return a.first > b.first; };
-    while (!due.empty()) {
-      auto [when, j] = due.front();
-      const plan_entry& e = entries[j];
-      if (e.live && at(e.serial, e.freed) == when) break;
-      std::pop_heap(due.begin(), due.end(), later);
-      due.pop_back();
-    }
-    return due.empty() || due.front().first > at(step, entries[i].allocated);
+  /// True when no live block can overlap entry i, proven in O(1) amortized: in a step whose
+  /// matches all came in plan order, with no block of an earlier step live, the live blocks are
+  /// entries before i; each one the plan frees at or before i's allocation has been seen freed
+  /// (the cursor over free_order), so every live one outlives i's start, its lifetime overlaps
+  /// i's, and the placement put it elsewhere. False means "not proven" (check overlaps_live).
+  [[nodiscard]] bool planned_frees_done(std::uint32_t i) noexcept {
+    if (carried != 0 || !in_order_step) return false;
+    for (; free_cursor < entries[i].frees_before; ++free_cursor)
+      if (entries[free_order[free_cursor]].live) return false;  // freed late: still live
+    return true;
   }
 
   void mark_live(std::uint32_t i) noexcept {  // within the capacities make_plan reserved
     plan_entry& e = entries[i];
     e.live = true;
     e.serial = step;
-    due.emplace_back(at(step, e.freed), i);
-    std::push_heap(due.begin(), due.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     e.live_at = static_cast<std::uint32_t>(live.size());
     live.push_back(i);
     live_at_slot[e.slot] = i + 1;
@@ -170,6 +207,7 @@ struct plan {
   void mark_free(std::uint32_t i) noexcept {
     plan_entry& e = entries[i];
     e.live = false;
+    if (e.serial != step) --carried;
     live[e.live_at] = live.back();
     entries[live.back()].live_at = e.live_at;
     live.pop_back();
@@ -242,20 +280,21 @@ inline plan make_plan(const std::vector<recorded_allocation>& step, std::uint32_
     p.entries.push_back(e);
   }
   placement where = place(blocks, budget);
-  for (std::size_t k = 0; k < planned.size(); ++k) {
-    p.entries[planned[k]].offset = where.offsets[k];
-    p.slot_offsets.push_back(where.offsets[k]);
-  }
-  std::sort(p.slot_offsets.begin(), p.slot_offsets.end());
-  p.slot_offsets.erase(std::unique(p.slot_offsets.begin(), p.slot_offsets.end()), p.slot_offsets.end());
-  for (std::uint32_t i : planned)
-    p.entries[i].slot = static_cast<std::uint32_t>(
-        std::lower_bound(p.slot_offsets.begin(), p.slot_offsets.end(), p.entries[i].offset) - p.slot_offsets.begin());
-  p.live_at_slot.assign(p.slot_offsets.size(), 0);
-  // Never outgrown, so that serving allocates nothing: at most every planned entry is live,
-  // and the heap holds this step's pairs and those rebuilt from the live blocks at the mark.
+  for (std::size_t k = 0; k < planned.size(); ++k) p.entries[planned[k]].offset = where.offsets[k];
+  std::vector<std::uint32_t> slot_of = p.slots.build(where.offsets);
+  for (std::size_t k = 0; k < planned.size(); ++k) p.entries[planned[k]].slot = slot_of[k];
+  p.live_at_slot.assign(p.slots.size(), 0);
+  // The planned frees in order, and for each entry how many come at or before its allocation.
+  p.free_order = planned;
+  std::sort(p.free_order.begin(), p.free_order.end(),
+            [&](std::uint32_t a, std::uint32_t b) { return p.entries[a].freed < p.entries[b].freed; });
+  std::vector<std::uint32_t> free_ticks;
+  for (std::uint32_t i : p.free_order) free_ticks.push_back(p.entries[i].freed);
+  for (plan_entry& e : p.entries)
+    e.frees_before = static_cast<std::uint32_t>(
+        std::upper_bound(free_ticks.begin(), free_ticks.end(), e.allocated) - free_ticks.begin());
+  // Never outgrown, so that serving allocates nothing: at most every planned entry is live.
   p.live.reserve(planned.size());
-  p.due.reserve(2 * planned.size());
   p.range = where.range;
   p.lower_bound = where.lower_bound;
   p.planned_entries = planned.size();
