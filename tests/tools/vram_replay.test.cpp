@@ -106,6 +106,22 @@ TEST_CASE("shared traces with --json and --html") {
   std::filesystem::remove(html);
 }
 
+TEST_CASE("replayed as steps (--steps N): each trace replayed as steps, pool-planned's plan beside the online pool") {
+  auto r = run("--no-timing --steps 3 --allocators pool-contiguous,pool-planned '" + traces() + "/memory.pickle'");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("memory.pickle (3 steps)") != std::string::npos);
+  CHECK(r.out.find("res/live 2+ pool-contiguous: ") != std::string::npos);
+  CHECK(r.out.find("res/live 2+ pool-planned: 1.00") != std::string::npos);
+  CHECK(r.out.find("(pool-planned: plan of 7946 allocations (7946 placed)") != std::string::npos);
+  CHECK(r.out.find("served from the plan, 0 off it") != std::string::npos);
+  for (const char* bad : {"--steps 0", "--steps x", "--steps 1001"}) {
+    auto b = run(std::string(bad) + " '" + traces() + "/memory.pickle'");
+    CHECK(b.status == 2);
+    CHECK(b.out.find("--steps must be 1 to 1000") != std::string::npos);
+  }
+}
+
 TEST_CASE("bad input: clear errors and exit codes, never a crash") {
   auto missing = run("/nonexistent.pickle");
   CHECK(missing.status == 1);

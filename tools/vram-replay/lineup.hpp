@@ -3,6 +3,7 @@
 // named function that builds a fresh allocator on a fresh device and replays a trace on it.
 
 #include <cstddef>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -11,6 +12,7 @@
 
 #include <vram/alloc/activation_arena.hpp>
 #include <vram/alloc/budget_slab.hpp>
+#include <vram/alloc/planned_pool.hpp>
 #include <vram/alloc/stream_pool.hpp>
 #include <vram/core/host_stream.hpp>
 #include <vram/source/simulated_device_source.hpp>
@@ -52,15 +54,39 @@ inline simulated_device_source device(std::size_t capacity, bool contiguous) {
       simulated_device_options{.capacity = capacity, .granularity = device_granularity, .contiguous = contiguous});
 }
 
+/// Adds nothing to a result.
+struct no_note {
+  template <class A>
+  void operator()(const A&, replay_result&) const noexcept {}
+};
+
 /// Builds the allocator with `make()` and replays `t` on it: on one host stream per trace
 /// stream, or (`on_streams` false, for stream-bound allocators) all on the synchronous stream.
-template <class Make>
-replay_result run_with(const char* name, const trace& t, const replay_options& o, Make&& make, bool on_streams = true) {
+/// `annotate(allocator, result)` runs after the replay, before the allocator is destroyed.
+template <class Make, class Annotate = no_note>
+replay_result run_with(const char* name, const trace& t, const replay_options& o, Make&& make, bool on_streams = true,
+                       Annotate&& annotate = {}) {
   trace_streams streams(on_streams ? t.streams : 0);
   auto allocator = make();
   auto result = replay(t, *allocator, [&] { return allocator->stats(); }, streams.refs, o);
   result.allocator = name;
+  annotate(*allocator, result);
   return result;
+}
+
+/// One line on a planned_pool's plan, for the report.
+inline std::string describe(const plan_summary& s) {
+  if (s.plans_made == 0)
+    return s.plans_refused != 0 ? "no plan: the device could not hold its range" : "no plan (the trace was not replayed as steps)";
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "plan of %zu allocations (%zu placed), range %.4f of its lower bound, planned in %.1f ms (%zu orders "
+                "tried); last step: %zu served from the plan, %zu off it; %zu plan(s) made",
+                s.entries, s.planned_entries,
+                s.lower_bound_bytes == 0 ? 1.0 : double(s.range_bytes) / double(s.lower_bound_bytes),
+                double(s.planning_time.count()) / 1e6, s.orders_tried, s.last_step_planned, s.last_step_off_plan,
+                s.plans_made);
+  return line;
 }
 
 }  // namespace detail
@@ -85,6 +111,21 @@ inline allocator_config pool_no_bins_config() {
               return std::make_unique<stream_pool<simulated_device_source>>(detail::device(o.capacity, true),
                                                                             stream_pool_options{.small_max = 0});
             });
+          }};
+}
+
+/// planned_pool over pool-contiguous's device: learns the first step of a trace replayed as
+/// steps (vram-replay --steps) and serves the later ones from its plan. On request: without
+/// steps it only records, and serves like pool-contiguous.
+inline allocator_config pool_planned_config() {
+  return {"pool-planned",
+          "planned_pool on a contiguous simulated device: the first step recorded and placed offline, the later ones "
+          "served from the plan (use with --steps 2 or more)",
+          [](const trace& t, const replay_options& o) {
+            using pool = planned_pool<simulated_device_source>;
+            return detail::run_with(
+                "pool-planned", t, o, [&] { return std::make_unique<pool>(detail::device(o.capacity, true)); }, true,
+                [](const pool& p, replay_result& r) { r.note = detail::describe(p.summary()); });
           }};
 }
 
@@ -162,6 +203,7 @@ inline std::vector<allocator_config> default_allocators() {
 inline std::vector<allocator_config> all_allocators() {
   auto all = default_allocators();
   all.push_back(pool_no_bins_config());
+  all.push_back(pool_planned_config());
   all.push_back(slab_config());
   return all;
 }

@@ -19,6 +19,7 @@
 #include <vram-replay/output_file.hpp>
 #include <vram/trace/read_trace.hpp>
 #include <vram/trace/read_trace_stream.hpp>
+#include <vram/trace/repeat_steps.hpp>
 #include <vram/trace/replay.hpp>
 #include <vram/trace/report.hpp>
 #include <vram/trace/workloads.hpp>
@@ -48,6 +49,8 @@ const char* usage =
     "  --html FILE           write a self-contained HTML report with plots\n"
     "  --write-trace FILE    write the (first) trace in vram's own format and exit\n"
     "  --no-timing           do not time each operation\n"
+    "  --steps N             replay each trace as N repeated steps (a training loop): the\n"
+    "                        first is learned by pool-planned, the later ones measured\n"
     "  --stream              read vram traces and RMM logs as streams (bounded memory;\n"
     "                        files over 256 MiB are always streamed)\n"
     "  --list                list the allocators and exit\n"
@@ -183,6 +186,7 @@ int main(int argc, char** argv) {
   std::string json_path, html_path, write_path, device = "sim";
   replay_options options;
   bool list = false, stream = false;
+  int steps = 1;
   try {
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
@@ -202,6 +206,13 @@ int main(int argc, char** argv) {
       else if (a == "--no-timing") options.time_operations = false;
       else if (a == "--list") list = true;
       else if (a == "--stream") stream = true;
+      else if (a == "--steps") {
+        std::string v = value();
+        char* end = nullptr;
+        long n = std::strtol(v.c_str(), &end, 10);
+        if (*end != '\0' || n < 1 || n > 1000) throw std::invalid_argument("--steps must be 1 to 1000 (is '" + v + "')");
+        steps = static_cast<int>(n);
+      }
       else if (a.starts_with("-")) throw std::invalid_argument("unknown option " + a);
       else files.push_back(a);
     }
@@ -258,6 +269,8 @@ int main(int argc, char** argv) {
       std::uintmax_t size = std::filesystem::file_size(f, ec);
       traces.push_back(stream || (!ec && size > stream_above) ? read_trace_stream(f) : read_trace(f));
     }
+    if (steps > 1)
+      for (auto& t : traces) t = repeat_steps(t, steps);
   } catch (const std::exception& e) {
     std::cerr << "vram-replay: " << e.what() << "\n";
     return 1;

@@ -78,6 +78,11 @@ concept has_contiguous_growth = requires(const R& r) {
 template <class R>
 concept has_free_blocks = requires(const R& r, void (*f)(std::size_t)) { r.for_each_free_block(f); };
 
+/// `mark_step()`: the resource is told where one step of a repeating workload ends and the
+/// next begins (planned_pool learns the step; tracker_adaptor summarizes it).
+template <class R>
+concept has_step_marks = requires(R& r) { r.mark_step(); };
+
 /// A resource name (a string literal) used in errors and reports.
 template <class R>
 concept has_name = requires(const R& r) {

@@ -59,6 +59,15 @@ struct free_block_histogram {
   }
 };
 
+/// The figures of one step of a trace replayed as repeated steps (trace::step_starts).
+struct step_figures {
+  std::size_t first_event = 0;
+  std::uint64_t peak_live_bytes = 0;
+  /// Sampled at the step's boundaries, at its new peaks of live bytes and at series points
+  /// (the allocators release nothing inside a step unless they run out of memory).
+  std::uint64_t peak_reserved_bytes = 0;
+};
+
 /// The figures of one (trace, allocator) replay.
 struct replay_result {
   std::string trace;
@@ -83,10 +92,24 @@ struct replay_result {
   std::vector<series_point> series;
   /// The allocator's free blocks when live bytes first reach the trace's peak (has_free_blocks).
   free_block_histogram free_blocks_at_peak;
+  /// Per step, where the trace is a repeated step; then host times cover the steps after the
+  /// first only (the first is where a planning allocator learns).
+  std::vector<step_figures> steps;
+  /// A line the allocator's configuration adds to the report (e.g. what its plan was).
+  std::string note;
 
   /// peak reserved / peak live: 1.0 is a perfect allocator (0 when nothing was live).
   [[nodiscard]] double reserved_per_live() const noexcept {
     return peak_live_bytes == 0 ? 0.0 : double(peak_reserved_bytes) / double(peak_live_bytes);
+  }
+  /// Over the steps after the first: their peak reserved / their peak live (0 without steps).
+  [[nodiscard]] double later_steps_reserved_per_live() const noexcept {
+    std::uint64_t live = 0, reserved = 0;
+    for (std::size_t k = 1; k < steps.size(); ++k) {
+      live = std::max(live, steps[k].peak_live_bytes);
+      reserved = std::max(reserved, steps[k].peak_reserved_bytes);
+    }
+    return live == 0 ? 0.0 : double(reserved) / double(live);
   }
 };
 
@@ -98,7 +121,8 @@ struct replay_result {
 /// bytes and at series points, so the replay's own bookkeeping stays out of the allocator's
 /// caches between timed operations; the peak of reserved bytes comes from the final stats.
 /// Where `r` lists its free blocks (has_free_blocks), they are counted by size class once,
-/// when live bytes first reach the trace's peak.
+/// when live bytes first reach the trace's peak. Where the trace is a repeated step, `r` is
+/// told each boundary (has_step_marks: mark_step(), untimed) and each step is measured apart.
 template <resource R, class StatsOf>
 replay_result replay(const trace& t, R& r, StatsOf&& stats_of, const std::vector<stream_ref>& streams,
                      const replay_options& options = {}) {
@@ -147,9 +171,21 @@ replay_result replay(const trace& t, R& r, StatsOf&& stats_of, const std::vector
       if (b.p != nullptr) r.deallocate(stream_at(b.stream), b.p, static_cast<std::size_t>(b.bytes), default_alignment);
     live_blocks.clear();
   };
+  // Steps: the boundaries are marked, and only the steps after the first are timed.
+  const std::size_t first_timed = t.step_starts.size() >= 2 ? t.step_starts[1] : t.initial_live;
+  std::size_t next_step = 0;  // index into t.step_starts
+  auto sample_step = [&](std::uint64_t reserved) {
+    if (!out.steps.empty()) out.steps.back().peak_reserved_bytes = std::max(out.steps.back().peak_reserved_bytes, reserved);
+  };
   std::size_t i = 0;
   auto step = [&](const event& e) {
-    bool timed = options.time_operations && i >= t.initial_live;
+    if (next_step < t.step_starts.size() && t.step_starts[next_step] == i) {
+      sample_step(stats_of().reserved_bytes);  // the end of the last step
+      if constexpr (has_step_marks<R>) r.mark_step();
+      out.steps.push_back({i, live, stats_of().reserved_bytes});
+      ++next_step;
+    }
+    bool timed = options.time_operations && i >= first_timed;
     if (e.kind == event::op::alloc) {
       void* p = nullptr;
       try {
@@ -179,6 +215,10 @@ replay_result replay(const trace& t, R& r, StatsOf&& stats_of, const std::vector
           out.reserved_at_peak_live = s.reserved_bytes;
           out.peak_reserved_bytes = std::max<std::uint64_t>(out.peak_reserved_bytes, s.reserved_bytes);
         }
+        if (!out.steps.empty() && live > out.steps.back().peak_live_bytes) {
+          out.steps.back().peak_live_bytes = live;
+          sample_step(stats_of().reserved_bytes);
+        }
       }
     } else {
       ++out.frees;
@@ -199,6 +239,7 @@ replay_result replay(const trace& t, R& r, StatsOf&& stats_of, const std::vector
       vram::stats now = stats_of();
       out.peak_reserved_bytes = std::max<std::uint64_t>(out.peak_reserved_bytes, now.reserved_bytes);
       out.series.push_back({i, live, now.reserved_bytes, now.largest_free_block, recorded_now, tenant_live});
+      sample_step(now.reserved_bytes);
     }
     if (options.progress && i % progress_every == 0) options.progress(i, total);
     ++i;
@@ -210,6 +251,7 @@ replay_result replay(const trace& t, R& r, StatsOf&& stats_of, const std::vector
     throw;
   }
   vram::stats end = stats_of();
+  sample_step(end.reserved_bytes);
   out.peak_reserved_bytes = std::max<std::uint64_t>(out.peak_reserved_bytes, end.peak_reserved_bytes);
   out.upstream_allocations = end.upstream_allocations;
   out.upstream_deallocations = end.upstream_deallocations;

@@ -37,6 +37,10 @@ inline void print_table(std::ostream& out, const trace& t, const std::vector<rep
   if (t.warnings != 0) out << ", " << t.warnings << " warnings";
   out << "\n";
   for (const auto& w : t.warning_examples) out << "   warning: " << w << "\n";
+  if (t.step_starts.size() >= 2)
+    out << "(replayed as " << t.step_starts.size()
+        << " steps: the first is where a planning allocator learns; host times cover the later steps, and res/live 2+ "
+           "is their peak reserved over their peak live)\n";
   std::snprintf(line, sizeof line, "%-16s %12s %12s %9s %6s %10s %9s %9s %12s %14s\n", "allocator", "peak live",
                 "peak reserved", "res/live", "OOMs", "upstream", "p50 ns", "p99 ns", "spilled", "recorded res.");
   out << line;
@@ -65,6 +69,13 @@ inline void print_table(std::ostream& out, const trace& t, const std::vector<rep
           << " it spilled to host memory; on the device it never holds more than its budget)\n";
   for (const auto& r : results)
     if (r.error.empty() && r.ooms != 0) out << "(" << r.allocator << ": " << r.ooms << " OOMs: " << why_ooms(r) << ")\n";
+  for (const auto& r : results) {
+    if (!r.error.empty() || r.steps.size() < 2) continue;
+    std::snprintf(line, sizeof line, "%.4f", r.later_steps_reserved_per_live());
+    out << "res/live 2+ " << r.allocator << ": " << line << "\n";
+  }
+  for (const auto& r : results)
+    if (r.error.empty() && !r.note.empty()) out << "(" << r.allocator << ": " << r.note << ")\n";
   // The verdict: the fewest bytes reserved among the runs that served every allocation from
   // the device (a spilled run did not fit).
   const replay_result* best = nullptr;
@@ -98,6 +109,8 @@ inline void write_json(std::ostream& out, const std::vector<replay_result>& resu
         << ", \"peak_spilled_bytes\": " << r.peak_spilled_bytes << ", \"ns_per_op_p50\": " << r.ns_per_op_p50
         << ", \"ns_per_op_p99\": " << r.ns_per_op_p99 << ", \"ns_per_op_mean\": " << r.ns_per_op_mean
         << ", \"ns_clock\": " << r.ns_clock
+        << ", \"later_steps_reserved_per_live\": " << r.later_steps_reserved_per_live()
+        << ", \"steps\": " << r.steps.size() << ", \"note\": " << json_quote(r.note)
         << ", \"recorded_reserved_bytes\": ";
     if (r.recorded_reserved_bytes) out << *r.recorded_reserved_bytes;
     else out << "null";

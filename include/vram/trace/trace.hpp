@@ -56,6 +56,9 @@ struct trace {
   std::vector<event> events;
   std::optional<streamed_window> streamed;  ///< set for a streamed trace: the rest of the events
   std::size_t initial_live = 0;  ///< leading allocs that were live before the window
+  /// Where the trace is a repeated step (repeat_steps.hpp): the first event of each step.
+  /// The replay marks each boundary (mark_step) and measures the steps apart.
+  std::vector<std::size_t> step_starts;
   std::uint32_t streams = 1;
   /// The tenants the trace names (an RMM log's Tenant column), by event::tenant; empty where
   /// it names none. Index 0 is the tenant of the allocations it does not attribute ("").
