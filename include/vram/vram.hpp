@@ -36,6 +36,7 @@
 // alloc/
 #include <vram/alloc/activation_arena.hpp>
 #include <vram/alloc/budget_slab.hpp>
+#include <vram/alloc/planned_pool.hpp>
 #include <vram/alloc/stream_pool.hpp>
 
 // adaptor/
