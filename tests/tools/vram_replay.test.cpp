@@ -107,9 +107,23 @@ TEST_CASE("shared traces with --json and --html") {
 }
 
 TEST_CASE("replayed as steps (--steps N): each trace replayed as steps, pool-planned's plan beside the online pool") {
-  auto r = run("--no-timing --steps 3 --allocators pool-contiguous,pool-planned '" + traces() + "/memory.pickle'");
+  std::string html = scratch("steps.html"), json = scratch("steps.json");
+  auto r = run("--no-timing --steps 3 --allocators pool-contiguous,pool-planned --html " + html + " --json " + json +
+               " '" + traces() + "/memory.pickle'");
   INFO(r.out);
   REQUIRE(r.status == 0);
+  std::string page = slurp(html);
+  CHECK(page.find("Replayed as 3 steps; after the first") != std::string::npos);
+  CHECK(page.find("pool-planned: plan of 7946 allocations") != std::string::npos);
+  std::string text = slurp(json);
+  vram::detail::trace::json_reader reader(text, json);
+  auto doc = reader.parse_value();
+  REQUIRE(doc.array.size() == 2);
+  CHECK(doc.array[1].find("steps")->as_int() == 3);
+  CHECK(doc.array[1].find("later_steps_reserved_per_live")->number < 1.01);
+  CHECK(doc.array[1].find("note")->string.find("plan of 7946 allocations") == 0);
+  std::filesystem::remove(html);
+  std::filesystem::remove(json);
   CHECK(r.out.find("memory.pickle (3 steps)") != std::string::npos);
   CHECK(r.out.find("res/live 2+ pool-contiguous: ") != std::string::npos);
   CHECK(r.out.find("res/live 2+ pool-planned: 1.00") != std::string::npos);

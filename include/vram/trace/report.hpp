@@ -315,6 +315,20 @@ inline void write_html(std::ostream& out, const std::vector<std::pair<const trac
           << (r.recorded_reserved_bytes ? format_bytes(double(*r.recorded_reserved_bytes)) : "-") << "</td></tr>\n";
     }
     out << "</table>\n";
+    if (t->step_starts.size() >= 2) {  // as the text table's "res/live 2+" lines
+      out << "<p>Replayed as " << t->step_starts.size()
+          << " steps; after the first (where a planning allocator learns), peak reserved / peak live:";
+      const char* sep = " ";
+      for (const auto& r : results) {
+        if (!r.error.empty()) continue;
+        std::snprintf(buf, sizeof buf, "%.4f", r.later_steps_reserved_per_live());
+        out << sep << escape_html(r.allocator) << " " << buf;
+        sep = ", ";
+      }
+      out << ".</p>\n";
+    }
+    for (const auto& r : results)
+      if (r.error.empty() && !r.note.empty()) out << "<p>" << escape_html(r.allocator) << ": " << escape_html(r.note) << "</p>\n";
     std::vector<line> bytes_lines, waste_lines, largest_lines;
     double y_max = 0, largest_max = 0;
     for (std::size_t i = 0; i < results.size(); ++i) {
