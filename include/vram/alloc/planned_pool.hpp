@@ -33,8 +33,8 @@ struct planned_pool_options {
   /// Time the placement search may take at each new plan (the greedy orders always run).
   std::chrono::milliseconds planning_budget{200};
   /// A step whose requests off the plan (matching no entry, entries skipped, entries served
-  /// online because their place was taken) exceed this fraction of the plan's entries is
-  /// followed by a new recording.
+  /// online because their place was taken) exceed this fraction of the plan's entries drops
+  /// the plan as soon as they do, and the next mark starts a new recording.
   double max_off_plan = 0.10;
   /// How far ahead of the expected entry a request may match (a missing allocation skips
   /// entries; beyond the window the request is off the plan).
@@ -72,7 +72,8 @@ struct plan_summary {
 /// alignment and stream (a missing allocation skips ahead, within match_window). A request
 /// off the plan, or whose planned place is still taken (a block freed late, a leftover of an
 /// earlier step), is served by the online stream_pool: the plan is never corrupted. A step too
-/// far off the plan (max_off_plan) is followed by a new recording. Blocks that outlive their
+/// far off the plan (max_off_plan) drops the plan at once (its range returns to the online
+/// pool when its last block is freed) and is followed by a new recording. Blocks that outlive their
 /// step, or ask for an alignment above 256, are always served online.
 ///
 /// Streams: a planned block reused on another stream than the one that freed the blocks last
@@ -350,6 +351,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     if (k == plan::no_match) {
       void* p = online_.allocate(s, bytes, align);
       ++pl.off_plan;
+      if (too_far_off(pl)) abandon_plan();
       return p;
     }
     const plan_entry& e = pl.entries[k];
@@ -367,7 +369,23 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
       ++pl.off_plan;
       pl.history_exact = false;
     }
+    if (too_far_off(pl)) abandon_plan();
     return p;
+  }
+
+  bool too_far_off(const plan& pl) const noexcept {
+    return double(pl.off_plan) > options_.max_off_plan * double(pl.entries.size());
+  }
+
+  /// A step already too far off its plan: the plan is retired at once, so that its range
+  /// returns to the online pool as soon as its blocks are freed (a step that does not repeat
+  /// must not hold a range it does not use), and the next mark starts a new recording.
+  void abandon_plan() {
+    last_off_plan_ = plan_->off_plan;
+    last_planned_ = plan_->served;
+    ++steps_served_;
+    retire(std::move(plan_));
+    phase_ = plan_summary::phase::online;
   }
 
   /// No live block overlaps entry k's place.
@@ -443,7 +461,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     last_off_plan_ = pl.off_plan;
     last_planned_ = pl.served;
     ++steps_served_;
-    if (double(pl.off_plan) > options_.max_off_plan * double(pl.entries.size())) {
+    if (too_far_off(pl)) {
       retire(std::move(plan_));
       start_recording();
       return;
