@@ -73,22 +73,24 @@ struct plan_summary {
 /// off the plan, or whose planned place is still taken (a block freed late, a leftover of an
 /// earlier step), is served by the online stream_pool: the plan is never corrupted. A step too
 /// far off the plan (max_off_plan) drops the plan at once (its range returns to the online
-/// pool when its last block is freed) and is followed by a new recording. Blocks that outlive their
-/// step, or ask for an alignment above 256, are always served online.
+/// pool when its last block is freed) and is followed by a new recording. Blocks that outlive
+/// their step, or ask for an alignment above 256, are always served online.
 ///
 /// Streams: a planned block reused on another stream than the one that freed the blocks last
 /// at its addresses waits for that stream (an event, as stream_pool's steal). While every
 /// step has followed the plan the blocks last at an entry's addresses are known from the
 /// plan; after a divergence, a planned block on stream T waits for every other stream that
-/// freed planned blocks. Re-planning waits (blocking) for the streams that freed planned
-/// blocks before the range goes back to the online pool.
+/// freed planned blocks. A range goes back to the online pool on the stream of the request or
+/// free that retires it, after the other streams that freed planned blocks (a wait enqueued,
+/// never blocking); at a mark or at destruction, on the synchronous stream (blocking).
 ///
 /// Thread safety: all members may be called concurrently; one mutex serializes them (the
 /// online pool's per-stream fast path is behind it). Planning runs inside mark_step().
 /// Statistics: exact (one ledger); reserved and free blocks are the online pool's, the range
 /// counting as reserved.
-/// Complexity: a planned allocation O(match_window + log live) amortized, a planned free
-/// O(log distinct offsets); planning O(n^2) per order tried (n allocations in the step).
+/// Complexity: a planned allocation O(match_window) amortized (plus O(live planned blocks) in a
+/// step off the plan, where the quick proof that its place is free does not apply), a planned
+/// free O(1) expected; planning O(n^2) per order tried (n allocations in the step).
 /// Misuse (foreign pointer, double free, wrong size) is reported and changes nothing.
 template <class Upstream>
 class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream> {
@@ -320,7 +322,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
   }
 
   void finish_recording() {
-    plan next = detail::planned_pool::make_plan(recording_, ticks_, quantum, options_.planning_budget);
+    plan next = detail::planned_pool::make_plan(recording_, quantum, options_.planning_budget);
     if (next.range != 0) {
       // What the recorded step held (its online fragmentation included) goes back to the
       // upstream first, so the range adds nothing to the peak where the step's memory was
@@ -351,7 +353,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     if (k == plan::no_match) {
       void* p = online_.allocate(s, bytes, align);
       ++pl.off_plan;
-      if (too_far_off(pl)) abandon_plan();
+      if (too_far_off(pl)) abandon_plan(s);
       return p;
     }
     const plan_entry& e = pl.entries[k];
@@ -369,7 +371,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
       ++pl.off_plan;
       pl.history_exact = false;
     }
-    if (too_far_off(pl)) abandon_plan();
+    if (too_far_off(pl)) abandon_plan(s);
     return p;
   }
 
@@ -380,11 +382,11 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
   /// A step already too far off its plan: the plan is retired at once, so that its range
   /// returns to the online pool as soon as its blocks are freed (a step that does not repeat
   /// must not hold a range it does not use), and the next mark starts a new recording.
-  void abandon_plan() {
+  void abandon_plan(stream_ref s) {
     last_off_plan_ = plan_->off_plan;
     last_planned_ = plan_->served;
     ++steps_served_;
-    retire(std::move(plan_));
+    retire(std::move(plan_), s);
     phase_ = plan_summary::phase::online;
   }
 
@@ -462,7 +464,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     last_planned_ = pl.served;
     ++steps_served_;
     if (too_far_off(pl)) {
-      retire(std::move(plan_));
+      retire(std::move(plan_), stream_ref{});
       start_recording();
       return;
     }
@@ -476,9 +478,11 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     pl.carried = pl.live.size();
   }
 
-  void retire(std::unique_ptr<plan> old) {
+  /// Gives the range back now on `s` when no block of the plan is live, else keeps the plan
+  /// until its last block is freed.
+  void retire(std::unique_ptr<plan> old, stream_ref s) {
     if (old->live.empty()) {
-      give_range_back(*old, stream_ref{});
+      give_range_back(*old, s);
     } else {
       retired_.push_back(std::move(old));
     }

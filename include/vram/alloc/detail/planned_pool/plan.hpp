@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <iterator>
 #include <map>
 #include <utility>
 #include <vector>
@@ -115,7 +114,6 @@ struct plan {
   std::size_t orders_tried = 0;
   std::chrono::nanoseconds planning_time{0};
   std::uint64_t live_bytes = 0;              ///< of planned blocks
-  std::uint32_t ticks = 0;                   ///< events of the recorded step
 
   // Serving state of the current step.
   std::size_t cursor = 0;   ///< the first entry not matched in this step
@@ -256,11 +254,10 @@ inline void find_preds(plan& p) {
 
 /// Builds the plan of a recorded step: its allocations in order, those freed inside the step
 /// placed by place() within `budget`. `quantum`: the online pool's block rounding.
-inline plan make_plan(const std::vector<recorded_allocation>& step, std::uint32_t ticks, std::size_t quantum,
+inline plan make_plan(const std::vector<recorded_allocation>& step, std::size_t quantum,
                       std::chrono::nanoseconds budget) {
   auto start = std::chrono::steady_clock::now();
   plan p;
-  p.ticks = ticks;
   p.entries.reserve(step.size());
   std::vector<lifetime> blocks;
   std::vector<std::uint32_t> planned;  // entry indices of blocks
