@@ -116,7 +116,7 @@ inline allocator_config pool_no_bins_config() {
 
 /// planned_pool over pool-contiguous's device: learns the first step of a trace replayed as
 /// steps (vram-replay --steps) and serves the later ones from its plan. On request: without
-/// steps it only records, and serves like pool-contiguous.
+/// steps it is told no boundary and serves everything online, like pool-contiguous.
 inline allocator_config pool_planned_config() {
   return {"pool-planned",
           "planned_pool on a contiguous simulated device: the first step recorded and placed offline, the later ones "
