@@ -370,32 +370,33 @@ TEST_CASE("planned_pool: misuse of planned blocks is reported and changes nothin
 }
 
 TEST_CASE("planned_pool: a plan the online pool cannot hold is refused, and the next step recorded", "[planned_pool]") {
-  // A cap of 1 MiB: the step's 600 KiB block lives beside a 512 KiB one that outlives the
-  // step, so the 600 KiB range does not fit beside it.
-  pool_t pool(vram::host_source{},
-              {.online = {.maximum_size = std::size_t{1} << 20, .growth_step = 64 << 10, .small_max = 0}});
+  // Under a 1 MiB cap a step frees a 300 KiB block; what outlives the step decides whether
+  // its 300 KiB range still fits at the mark.
+  pool_t pool(vram::host_source{}, {.online = {.maximum_size = std::size_t{1} << 20, .small_max = 0}});
+  constexpr std::size_t KiB = 1024;
   pool.mark_step();
-  void* kept = pool.allocate_sync(512 << 10);
-  void* big = pool.allocate_sync(400 << 10);
-  pool.deallocate_sync(big, 400 << 10);
+  void* hold = pool.allocate_sync(700 * KiB);  // outlives the step
+  void* in_step = pool.allocate_sync(300 * KiB);
+  pool.deallocate_sync(in_step, 300 * KiB);
+  void* grab = pool.allocate_sync(300 * KiB);  // outlives it too: 1000 KiB held, no room for the range
+  auto before = pool.stats();
   auto s = pool.mark_step();
-  // 400 KiB fits in what is left (1 MiB - 512 KiB): planned
-  CHECK(s.now == phase::serving);
-  pool.deallocate_sync(kept, 512 << 10);
-  pool_t capped(vram::host_source{}, {.online = {.maximum_size = std::size_t{1} << 20, .small_max = 0}});
-  capped.mark_step();
-  void* hold = capped.allocate_sync(700 << 10);
-  void* step_block = capped.allocate_sync(300 << 10);
-  capped.deallocate_sync(step_block, 300 << 10);
-  void* grab = capped.allocate_sync(300 << 10);  // outlives the step: the 300 KiB range cannot fit
-  s = capped.mark_step();
   CHECK(s.now == phase::recording);
   CHECK(s.plans_refused == 1);
   CHECK(s.plans_made == 0);
-  capped.check_invariants();
-  capped.deallocate_sync(grab, 300 << 10);
-  capped.deallocate_sync(hold, 700 << 10);
-  CHECK(capped.stats().live_bytes == 0);
+  CHECK(pool.stats().live_bytes == before.live_bytes);
+  pool.check_invariants();
+  // The next step is recorded again; with `grab` gone its range fits.
+  pool.deallocate_sync(grab, 300 * KiB);
+  in_step = pool.allocate_sync(300 * KiB);
+  pool.deallocate_sync(in_step, 300 * KiB);
+  s = pool.mark_step();
+  CHECK(s.now == phase::serving);
+  CHECK(s.plans_made == 1);
+  CHECK(s.range_bytes == 300 * KiB);
+  pool.deallocate_sync(hold, 700 * KiB);
+  pool.check_invariants();
+  CHECK(pool.stats().live_bytes == 0);
 }
 
 TEST_CASE("planned_pool: a step far off the plan is followed by a new recording", "[planned_pool]") {

@@ -59,9 +59,9 @@ struct free_block_histogram {
   }
 };
 
-/// The figures of one step of a trace replayed as repeated steps (trace::step_starts).
+/// The figures of one step of a trace replayed as repeated steps (the k-th starts at
+/// trace::step_starts[k]).
 struct step_figures {
-  std::size_t first_event = 0;
   std::uint64_t peak_live_bytes = 0;
   /// Sampled at the step's boundaries, at its new peaks of live bytes and at series points
   /// (the allocators release nothing inside a step unless they run out of memory).
@@ -182,7 +182,7 @@ replay_result replay(const trace& t, R& r, StatsOf&& stats_of, const std::vector
     if (next_step < t.step_starts.size() && t.step_starts[next_step] == i) {
       sample_step(stats_of().reserved_bytes);  // the end of the last step
       if constexpr (has_step_marks<R>) r.mark_step();
-      out.steps.push_back({i, live, stats_of().reserved_bytes});
+      out.steps.push_back({live, stats_of().reserved_bytes});
       ++next_step;
     }
     bool timed = options.time_operations && i >= first_timed;
