@@ -95,6 +95,55 @@ TEST_CASE("stream_pool: small sizes round to classes and are reused from the bin
   pool.check_invariants();
 }
 
+TEST_CASE("stream_pool: a cached block left alone inside large free space leaves its bin", "[stream_pool]") {
+  // On a contiguous device, in address order: [h][a][s 8 KiB][b][g][top], and optionally a
+  // free 32 KiB hole x below h. s is freed into its bin; a is freed (s still has a live
+  // neighbour, b); then b's free leaves s alone between free blocks.
+  struct layout {
+    std::size_t sides;   // a's and b's size
+    bool small_hole;     // x below h: a hole under large_free that can hold s's size
+  };
+  for (layout c : {layout{2 * MiB, true}, layout{2 * MiB, false}, layout{1 * MiB, false}}) {
+    CAPTURE(c.sides, c.small_hole);
+    sim_pool pool(contiguous_device(), {});
+    void* x = c.small_hole ? pool.allocate_sync(32 * KiB) : nullptr;  // above small_max: a heap block
+    void* h = pool.allocate_sync(1 * MiB);
+    void* a = pool.allocate_sync(c.sides);
+    void* s = pool.allocate_sync(8 * KiB);
+    void* b = pool.allocate_sync(c.sides);
+    void* g = pool.allocate_sync(1 * MiB);  // keeps b's hole apart from the top
+    REQUIRE(at(h) + 1 * MiB == at(a));
+    REQUIRE(at(a) + c.sides == at(s));
+    REQUIRE(at(s) + 8 * KiB == at(b));
+    REQUIRE(at(b) + c.sides == at(g));
+    if (x != nullptr) pool.deallocate_sync(x, 32 * KiB);
+    pool.deallocate_sync(s, 8 * KiB);       // into its bin
+    pool.deallocate_sync(a, c.sides);       // b is live: s stays cached
+    pool.check_invariants();
+    pool.deallocate_sync(b, c.sides);       // s is alone between free blocks
+    pool.check_invariants();
+    auto st = pool.stats();
+    CHECK(st.live_bytes == 2 * MiB);
+    void* t = pool.allocate_sync(8 * KiB);
+    if (c.sides * 2 < 4 * MiB) {
+      CHECK(t == s);  // small free space around it: s stays in its bin and is reused
+      CHECK(st.largest_free_block == c.sides);
+    } else {
+      // 4 MiB or more around it: s coalesced with both sides
+      CHECK(st.largest_free_block == 2 * c.sides + 8 * KiB);
+      // and the next request of its size goes where best fit puts it: in the small hole,
+      // through the bin that got a block there in s's place; else at the lowest address of
+      // the joined free space (the top is taken last)
+      CHECK(t == (c.small_hole ? x : a));
+    }
+    pool.deallocate_sync(t, 8 * KiB);
+    pool.deallocate_sync(h, 1 * MiB);
+    pool.deallocate_sync(g, 1 * MiB);
+    pool.check_invariants();
+    CHECK(pool.stats().live_bytes == 0);
+  }
+}
+
 TEST_CASE("stream_pool: growth from a separate-chunk upstream and release of whole chunks", "[stream_pool]") {
   recorded_pool pool(recorded_sim(separate_device()), {.growth_step = 1 * MiB, .small_max = 0});
   std::vector<void*> blocks;
@@ -519,6 +568,53 @@ struct counting_observer {
 static_assert(vram::observer<counting_observer>);
 
 }  // namespace
+
+TEST_CASE("stream_pool: a heap free takes a block out of a bin another thread is using", "[stream_pool][threads]") {
+  // One stream, two threads: one keeps leaving a 12 KiB block cached alone between two 2 MiB
+  // blocks it frees (the heap free moves it out of the lane's bin, under the lane's lock);
+  // the other allocates and frees 8 KiB blocks on the same lane, checking their contents.
+  host_pool pool(vram::host_source{}, {.growth_step = 64 * MiB});  // one chunk: the blocks are adjacent
+  vram::host_stream stream;
+  vram::stream_ref s{stream};
+  {  // the 8 KiB bin holds 8 blocks at the bottom, enough for the small thread: it never goes to the heap
+    std::vector<void*> warm;
+    for (int i = 0; i < 8; ++i) warm.push_back(pool.allocate(s, 8 * KiB));
+    for (void* p : warm) pool.deallocate(s, p, 8 * KiB);
+  }
+  std::atomic<bool> done{false};
+  std::atomic<int> corrupted{0};
+  std::thread small([&] {
+    std::vector<char*> held;
+    for (int i = 0; !done.load(std::memory_order_relaxed) || i < 2000; ++i) {
+      auto* p = static_cast<char*>(pool.allocate(s, 8 * KiB));
+      std::memset(p, static_cast<char>(i), 8 * KiB);
+      held.push_back(p);
+      if (held.size() == 8 || i % 3 == 0) {
+        for (char* h : held) {
+          if (h[0] != h[8 * KiB - 1]) corrupted.fetch_add(1);
+          pool.deallocate(s, h, 8 * KiB);
+        }
+        held.clear();
+      }
+    }
+    for (char* h : held) pool.deallocate(s, h, 8 * KiB);
+  });
+  for (int i = 0; i < 500; ++i) {
+    void* a = pool.allocate(s, 2 * MiB);
+    void* c = pool.allocate(s, 12 * KiB);
+    void* b = pool.allocate(s, 2 * MiB);
+    pool.deallocate(s, c, 12 * KiB);
+    pool.deallocate(s, a, 2 * MiB);
+    pool.deallocate(s, b, 2 * MiB);
+    if (i % 50 == 0) pool.check_invariants();
+  }
+  done = true;
+  small.join();
+  stream.synchronize();
+  pool.check_invariants();
+  CHECK(corrupted.load() == 0);
+  CHECK(pool.stats().live_bytes == 0);
+}
 
 TEST_CASE("stream_pool: the observer sees every event and stats keep exact peaks", "[stream_pool]") {
   counting_observer obs;

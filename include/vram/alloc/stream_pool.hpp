@@ -49,6 +49,9 @@ inline std::uint64_t next_pool_id() noexcept {
 /// carved out of large upstream chunks; freed blocks coalesce with free neighbours at once.
 /// Requests up to `small_max` are first served from a per-stream bin: an exact-size cache of
 /// recently freed blocks (a LIFO pop under that stream's own lock, no rounding beyond 256 B).
+/// A cached block that a heap free leaves alone inside large free space goes back to the heap
+/// (where it coalesces) and its bin gets a block placed by best fit instead, so that a bin
+/// never hands out an address that keeps large free space apart (docs/stream_pool.md).
 /// With a contiguous upstream the free block at the top is taken last, so in-place growth
 /// extends it. On the shared real traces this stays within 0.02 of an ideal online best fit.
 ///
@@ -94,10 +97,15 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   using classes = detail::stream_pool::size_classes;
   static constexpr std::size_t quantum = classes::quantum;
   static constexpr std::size_t default_growth_step = std::size_t{64} << 20;
+  // The free space on a cached block's two sides, together, at which the block leaves its bin
+  // (place_again_alone). Measured (docs/stream_pool.md, Limitations): at 4 MiB the shared
+  // traces keep their reserved bytes and the pinning trace of the tests reaches best fit's.
+  static constexpr std::size_t large_free = std::size_t{4} << 20;
   using block = detail::stream_pool::block;
   using block_state = detail::stream_pool::block_state;
   using stream_info = detail::stream_pool::stream_info;
   using lane = detail::stream_pool::lane;
+  using bin = detail::stream_pool::bin;
   using ledger = detail::stream_pool::ledger;
   using live_map = detail::stream_pool::live_map;
   using all_lanes_held = detail::stream_pool::all_lanes_held;
@@ -430,6 +438,65 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     });
   }
 
+  /// After a heap free left free block f: a block cached in a bin between f and another free
+  /// block, the two holding large_free bytes or more, sits alone inside large free space. A
+  /// bin would hand that address, as it is, to the next request of its size, which may live
+  /// long and keep the free space on its two sides apart for good, where best fit would have
+  /// put it in the smallest hole. So the block goes back to the heap, where the three
+  /// coalesce, and its bin gets in its place a block of its size placed by best fit, when a
+  /// hole smaller than large_free holds one (the bin keeps its hits; a block carved from
+  /// large free space would only move the pin). The top block is left alone: the pool
+  /// flushes every bin before it takes the top, and joining free space to the top would
+  /// make more requests take it (docs/stream_pool.md, Limitations). Pre: heap_mutex_ held.
+  [[gnu::noinline]] void place_again_alone(block* f) noexcept {
+    if (heap_.is_wilderness(f)) return;
+    block* alone[2];
+    int count = 0;
+    for (auto side : {&block::prev, &block::next}) {  // both looked at first: placing one again may absorb f
+      block* n = f->*side;
+      if (!lane_then_free(n, side)) continue;
+      block* beyond = n->*side;
+      if (!heap_.is_wilderness(beyond) && f->size + beyond->size >= large_free) alone[count++] = n;
+    }
+    for (int i = 0; i < count; ++i) place_again(*alone[i]);
+  }
+  /// Whether n is a lane's block with a free block beyond it, on the side `side` leads to.
+  static bool lane_then_free(const block* n, block* block::*side) noexcept {
+    return n != nullptr && n->state == block_state::lane && n->*side != nullptr && (n->*side)->state == block_state::free;
+  }
+
+  /// Puts lane block n, if cached, back to the heap and its bin a block of its size placed by
+  /// best fit in a hole smaller than large_free, if one exists (place_again_alone). A live
+  /// block is left to its owner. Pre: heap_mutex_ held.
+  void place_again(block& n) noexcept {
+    lane& l = *n.booked;  // a lane block is booked to its lane
+    std::lock_guard lane_lock(l.mutex);
+    if (!n.cached) return;
+    const std::size_t size = n.size;
+    bin& into = l.bins[classes::index(size)];
+    into.remove(&n);
+    l.live.erase(n.addr);
+    l.cached_bytes -= size;
+    n.cached = false;
+    stream_info& info = heap_.info_of(l.key);
+    if (l.key != 0) info.stream = l.stream;  // it was freed on the lane's stream
+    heap_.free(&n, info);
+    block* hole = heap_.find_fit(info, size);  // never steals or grows for a cache
+    if (hole == nullptr || hole->size >= large_free) return;
+    block* b = heap_.carve(hole, size, quantum);
+    try {
+      l.live.insert(b->addr, b);
+    } catch (...) {  // no room in the lane's map: the bin holds one block fewer
+      heap_.free(b, info);
+      return;
+    }
+    b->state = block_state::lane;
+    b->booked = &l;
+    b->cached = true;
+    into.push(b);
+    l.cached_bytes += size;
+  }
+
   // ---- statistics -------------------------------------------------------------------
 
   vram::stats stats_locked() const {  // pre: heap_mutex_ held
@@ -604,7 +671,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     }
     stream_info& info = heap_.info_of(s.key());
     if (&info != &heap_.any_stream()) info.stream.refresh(s);  // before keying a block to s
-    heap_.free(b, info);
+    block* f = heap_.free(b, info);
+    if (lane_then_free(f->prev, &block::prev) || lane_then_free(f->next, &block::next)) place_again_alone(f);
     lock.unlock();
     observer_.on_deallocate(p, bytes, s);
   }

@@ -18,7 +18,8 @@ struct stream_pool_options {
   /// Largest request served from the per-stream bins (0: no bins). At most 1 MiB. Bins are
   /// exact-size caches of recently freed blocks: they add no rounding, but a cached block
   /// does not coalesce until the bins are flushed (before the pool grows or takes its top
-  /// block), and LIFO reuse places blocks differently from best fit, so the larger the bins,
+  /// block) or a free leaves it alone inside 4 MiB or more of free space, and LIFO reuse
+  /// places blocks differently from best fit, so the larger the bins,
   /// the more their blocks can scatter through the heap (docs/stream_pool.md, Limitations).
   /// 16 KiB keeps the shared traces within 0.004 of best fit's reserved bytes
   /// (docs/PERFORMANCE.md, fragmentation). Raise it for speed at larger sizes.

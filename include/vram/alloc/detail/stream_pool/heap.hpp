@@ -216,12 +216,15 @@ class heap {
     return b;
   }
 
-  /// Returns b to the free index of `info`'s stream, coalescing.
-  void free(block* b, stream_info& info) noexcept {
+  /// Returns b to the free index of `info`'s stream, coalescing; returns the free block that
+  /// holds it now (b, or the neighbour that absorbed it).
+  block* free(block* b, stream_info& info) noexcept {
     b->stream = &info;
     b->epoch = ++info.epoch;
     b->state = block_state::free;
-    index_insert(coalesce(b));
+    block* survivor = coalesce(b);
+    index_insert(survivor);
+    return survivor;
   }
 
   // ---- growth and release -------------------------------------------------------------

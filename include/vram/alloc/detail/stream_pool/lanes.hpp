@@ -77,6 +77,14 @@ struct bin {
   [[nodiscard]] block** begin() const noexcept { return slots; }
   [[nodiscard]] block** end() const noexcept { return slots + count; }
   void push(block* b) noexcept { slots[count++] = b; }  // pre: count < capacity
+  /// Takes out b, which this bin holds, wherever it is: O(count).
+  void remove(block* b) noexcept {
+    for (std::size_t i = count; i > 0; --i)
+      if (slots[i - 1] == b) {
+        slots[i - 1] = slots[--count];
+        return;
+      }
+  }
   /// Takes the most recently cached block of exactly `size` bytes, or nullptr. A class up to
   /// linear_max holds one size; above, a class holds several and the last few are looked at.
   block* pop(std::size_t size) noexcept {
