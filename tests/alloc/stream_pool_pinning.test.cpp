@@ -1,10 +1,10 @@
 // stream_pool's small blocks must not pin large free space. A deterministic training-like
-// trace on which exact-size reuse of small blocks keeps the freed activations apart unless
-// the bins give up blocks left between free space: each step's small "saved" tensor is carved
-// between large activations in forward and freed into its bin in backward, and a bin would
-// hand its address to the small optimizer state allocated right after, which then lives
-// across every later step. Best fit keeps the activation region whole; the pool with its bins
-// must reach the same reserved/live as the pool without them (small_max = 0).
+// trace on which exact-size reuse of small blocks keeps the freed activations apart unless a
+// cached block left alone inside large free space leaves its bin: each step's small "saved"
+// tensor is carved between large activations in forward and freed into its bin in backward,
+// and a bin would hand its address to the small optimizer state allocated right after, which
+// then lives across every later step. Best fit keeps the activation region whole; the pool
+// with its bins must reserve within 0.005 of the pool without them (small_max = 0).
 
 #include <catch2/catch.hpp>
 
