@@ -1,11 +1,10 @@
-// Catch2 main for the CUDA tests: without a usable GPU the executable says so loudly and
-// exits with 77, which CTest reports as "skipped" (SKIP_RETURN_CODE), never as passed.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
+// The main of the CUDA tests: without a usable GPU the executable says so loudly and exits
+// with 77, which CTest reports as "skipped" (SKIP_RETURN_CODE), never as passed.
 #include <cstdio>
 
 #include <vram/core/config.hpp>
+
+#include "support/catch_session.hpp"
 
 int main(int argc, char* argv[]) {
   int devices = 0;
@@ -17,5 +16,5 @@ int main(int argc, char* argv[]) {
     return 77;
   }
   // Catch2 exits with the number of failed assertions: 77 of them must not read as "skipped".
-  return Catch::Session().run(argc, argv) == 0 ? 0 : 1;
+  return vram::test::run_catch(argc, argv) == 0 ? 0 : 1;
 }

@@ -1,11 +1,9 @@
-// The one Catch2 main shared by every host test executable (compiled once). Before Catch2
-// runs, the executable's declared prerequisites are checked (support/prerequisite.hpp): a
-// missing one skips the executable with exit code 77 (CTest's SKIP_RETURN_CODE).
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
+// The one main shared by every host test executable (compiled once). Before Catch2 runs,
+// the executable's declared prerequisites are checked (support/prerequisite.hpp): a missing
+// one skips the executable with exit code 77 (CTest's SKIP_RETURN_CODE).
 #include <cstdio>
 
+#include "support/catch_session.hpp"
 #include "support/prerequisite.hpp"
 
 int main(int argc, char* argv[]) {
@@ -16,5 +14,5 @@ int main(int argc, char* argv[]) {
       return 77;
     }
   // Catch2 exits with the number of failed assertions: 77 of them must not read as "skipped".
-  return Catch::Session().run(argc, argv) == 0 ? 0 : 1;
+  return vram::test::run_catch(argc, argv) == 0 ? 0 : 1;
 }
