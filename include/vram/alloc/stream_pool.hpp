@@ -98,8 +98,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   static constexpr std::size_t quantum = classes::quantum;
   static constexpr std::size_t default_growth_step = std::size_t{64} << 20;
   // The free space on a cached block's two sides, together, at which the block leaves its bin
-  // (place_again_alone). Measured (docs/stream_pool.md, Limitations): at 4 MiB the shared
-  // traces keep their reserved bytes and the pinning trace of the tests reaches best fit's.
+  // (place_again_alone). Measured, not derived (docs/stream_pool.md, Limitations): at 4 MiB
+  // the shared traces keep their reserved bytes and the tests' pinning trace nears best fit's.
   static constexpr std::size_t large_free = std::size_t{4} << 20;
   using block = detail::stream_pool::block;
   using block_state = detail::stream_pool::block_state;
@@ -447,7 +447,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   /// hole smaller than large_free holds one (the bin keeps its hits; a block carved from
   /// large free space would only move the pin). The top block is left alone: the pool
   /// flushes every bin before it takes the top, and joining free space to the top would
-  /// make more requests take it (docs/stream_pool.md, Limitations). Pre: heap_mutex_ held.
+  /// make more requests take it (docs/stream_pool.md, "Cached blocks alone inside large free
+  /// space"). Pre: heap_mutex_ held.
   [[gnu::noinline]] void place_again_alone(block* f) noexcept {
     if (heap_.is_wilderness(f)) return;
     block* alone[2];
