@@ -312,17 +312,23 @@ inline trace read_kineto(std::string_view text, const std::string& source) {
     return a.time_ns != c.time_ns ? a.time_ns < c.time_ns : a.index < c.index;
   });
   // Memory allocated before the window and not freed in it: one block live throughout, so
-  // peaks compare with the recorded "Total Reserved" (which includes it).
-  std::int64_t before = records.empty() || records.front().allocated < 0
-                            ? 0
-                            : records.front().allocated - records.front().bytes;
+  // peaks compare with the recorded "Total Reserved" (which includes it). "Total Allocated"
+  // after the first event, less what that event added: unsigned, it cannot overflow (the
+  // total is below 2^63, saturated; an event's size at most max_trace_bytes).
+  std::uint64_t before = 0;
+  if (!records.empty() && records.front().allocated >= 0) {
+    auto allocated = static_cast<std::uint64_t>(records.front().allocated);
+    std::int64_t n = records.front().bytes;
+    std::uint64_t size = n < 0 ? 0 - static_cast<std::uint64_t>(n) : static_cast<std::uint64_t>(n);
+    before = n < 0 ? allocated + size : (allocated > size ? allocated - size : 0);
+  }
   for (const auto& r : records) {
     auto size = r.bytes < 0 ? 0 - static_cast<std::uint64_t>(r.bytes) : static_cast<std::uint64_t>(r.bytes);
     if (r.bytes > 0) b.alloc(r.addr, size, 0, r.time_ns);
     else if (r.bytes < 0) b.free(r.addr, size, 0, r.time_ns);
     if (r.reserved >= 0) b.recorded_reserved(static_cast<std::uint64_t>(r.reserved));
   }
-  if (before > 0) b.live_before_window(static_cast<std::uint64_t>(before));
+  if (before > 0) b.live_before_window(before);
   if (other_devices != 0)
     b.warn(std::to_string(other_devices) + " memory events of other CUDA devices skipped (device " +
            std::to_string(device) + " replayed)");

@@ -69,11 +69,14 @@ class trace_builder {
   }
 
   /// `bytes` allocated before the window beyond the blocks its frees revealed: one block,
-  /// live throughout (never freed).
+  /// live throughout (never freed). An absurd figure (a block above max_trace_bytes, as a
+  /// corrupt counter gives) adds nothing but a warning, as an absurd event size does.
   void live_before_window(std::uint64_t bytes) {
     std::uint64_t known = 0;
     for (const auto& e : initial_) known += e.bytes;
     if (bytes <= known) return;
+    if (bytes - known > vram::trace::max_trace_bytes)
+      return warn("memory allocated before the window: an absurd size, no block added for it");
     initial_.push_back({vram::trace::event::op::alloc, 0, 0, next_id_++, bytes - known, 0});
   }
 
