@@ -424,8 +424,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   void flush_lanes() noexcept {
     lanes_.for_each([&](lane& l) {
       if (l.cached_bytes == 0) return;
-      auto& info = heap_.info_of(l.key);
-      if (l.key != 0) info.stream = l.stream;
+      stream_info& info = freed_on(l);
       for (auto& bin : l.bins) {
         for (block* b : bin) {
           l.live.erase(b->addr);
@@ -436,6 +435,13 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       }
       l.cached_bytes = 0;
     });
+  }
+  /// The heap's record of l's stream, brought up to date: l's cached blocks were freed on it,
+  /// so they go back to the heap keyed to it. Pre: heap_mutex_ and l's lock held.
+  stream_info& freed_on(lane& l) {
+    stream_info& info = heap_.info_of(l.key);
+    if (l.key != 0) info.stream = l.stream;
+    return info;
   }
 
   /// After a heap free left free block f: a block cached in a bin between f and another free
@@ -479,8 +485,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     l.live.erase(n.addr);
     l.cached_bytes -= size;
     n.cached = false;
-    stream_info& info = heap_.info_of(l.key);
-    if (l.key != 0) info.stream = l.stream;  // it was freed on the lane's stream
+    stream_info& info = freed_on(l);
     heap_.free(&n, info);
     block* hole = heap_.find_fit(info, size);  // never steals or grows for a cache
     if (hole == nullptr || hole->size >= large_free) return;
