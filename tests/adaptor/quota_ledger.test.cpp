@@ -244,6 +244,39 @@ TEST_CASE("create refuses an existing ledger; attach refuses what is not one") {
   CHECK_FALSE(ledger.admin().find("").has_value());
 }
 
+TEST_CASE("a tenant path or ledger name with a NUL or a control character is refused, and nothing changes") {
+  scratch_ledger ledger;
+  auto& admin = ledger.admin();
+  const tenant a = admin.add_tenant("a");
+  admin.set_hard_limit(a, 1000);
+  auto process = ledger.attach();
+  REQUIRE(process->charge(a, 100).granted);
+  const std::string before = read_file(ledger.path() + "/limits");
+  const std::vector<std::string> bad{std::string("a\0b", 3), std::string("a\0", 2), std::string("\0", 1),
+                                     "a/b\nc", "a\tb", "a\x1f", "a\x7f", "\x01", "a/\x1b[31m"};
+  for (const std::string& name : bad) {
+    INFO("name of " << name.size() << " bytes");
+    CHECK_THROWS_AS(admin.add_tenant(name), vram::invalid_argument);
+    CHECK_FALSE(admin.find(name).has_value());
+    CHECK_THROWS_AS(process->at(name), vram::invalid_argument);
+    CHECK_THROWS_AS(quota_ledger::create(name), vram::invalid_argument);
+    CHECK_THROWS_AS(quota_ledger::attach(name), vram::invalid_argument);
+    CHECK_THROWS_AS(quota_ledger::remove(name), vram::invalid_argument);
+    CHECK_THROWS_AS(quota_ledger::resolve(name), vram::invalid_argument);
+    // A NUL in the ledger's own name would open this very ledger: refused too.
+    CHECK_THROWS_AS(quota_ledger::attach(ledger.name() + name), vram::invalid_argument);
+  }
+  CHECK(admin.tenant_count() == 1);
+  CHECK(read_file(ledger.path() + "/limits") == before);
+  CHECK(admin.usage(a) == 100);
+  CHECK(admin.processes().size() == 1);
+  admin.check_invariants();
+  // The names that are not control characters stay accepted: UTF-8, spaces, punctuation.
+  CHECK(admin.path_of(admin.add_tenant("caf\xc3\xa9 ~/x-1.y_z")) == "caf\xc3\xa9 ~/x-1.y_z");
+  process->uncharge(a, 100);
+  admin.check_invariants();
+}
+
 TEST_CASE("a truncated, foreign, damaged or mismatched ledger is refused and left as it was") {
   scratch_ledger ledger;
   tenant t = ledger.admin().add_tenant("job/model");
@@ -274,6 +307,14 @@ TEST_CASE("a truncated, foreign, damaged or mismatched ledger is refused and lef
        },
        reason::version},
       {"a tenant's name", limits, [&](std::string& s) { s[offset_of_tenant + 1] ^= 0x20; }, reason::corrupted},
+      {"a control character in a tenant's name, sealed again", limits,
+       [](std::string& s) {
+         auto* f = reinterpret_cast<vram::detail::ledger::limits_file*>(s.data());
+         auto& e = f->tenants[0];
+         e.name[1] = '\n';
+         e.check = vram::detail::ledger::tenant_entry::seal(e.name, e.parent, 0);
+       },
+       reason::corrupted},
       {"the tenant count", limits,
        [](std::string& s) {
          auto* f = reinterpret_cast<vram::detail::ledger::limits_file*>(s.data());

@@ -34,6 +34,19 @@ TEST_CASE("tenant_registry: names, parents, depth, limits", "[core][tenant]") {
   CHECK_THROWS_AS(reg.create("one too many"), vram::invalid_argument);
 }
 
+TEST_CASE("tenant_registry: a name with a NUL or a control character is refused, and nothing changes",
+          "[core][tenant]") {
+  vram::tenant_registry reg;
+  auto job = reg.create("job");
+  for (const std::string& name : {std::string("a\0b", 3), std::string("\0", 1), std::string("a\nb"),
+                                  std::string("\x7f"), std::string(100, 'n') + '\t'}) {
+    CHECK_THROWS_AS(reg.create(name), vram::invalid_argument);
+    CHECK_THROWS_AS(reg.create(name, job), vram::invalid_argument);
+  }
+  CHECK(reg.size() == 2);
+  CHECK(std::string(reg.name(reg.create("caf\xc3\xa9 1", job))) == "caf\xc3\xa9 1");  // UTF-8 and spaces stay
+}
+
 TEST_CASE("tenant_scope and tag_scope nest and are per thread", "[core][tenant]") {
   vram::tenant a{1}, b{2};
   CHECK(vram::current_tenant() == vram::tenant::none());

@@ -28,6 +28,7 @@
 #include <vram/adaptor/detail/ledger/layout.hpp>
 #include <vram/adaptor/detail/ledger/system.hpp>
 #include <vram/adaptor/detail/ledger/tenant_tree.hpp>
+#include <vram/detail/names.hpp>
 #include <vram/detail/throw.hpp>
 
 namespace vram {
@@ -61,6 +62,8 @@ struct ledger_options {
 /// operator runs reclaim() (vram-quota reclaim), whichever comes first. A process that dies
 /// inside the charge mutex is repaired by the next holder, which recomputes every usage from
 /// the process slots.
+/// Names: a ledger name or tenant path holding a NUL or another control character (a byte
+/// below 0x20, or 0x7f) is refused with vram::invalid_argument, and nothing changes.
 /// Trust: every byte read from the files is checked before it is used as an index or a
 /// length; a file of another ledger, another layout, damaged or truncated is refused with
 /// vram::ledger_error.
@@ -73,8 +76,10 @@ class quota_ledger {
   static constexpr std::size_t max_name = detail::ledger::tenant_tree::max_name;
 
   /// The directory a ledger name stands for: a name with a '/' is a path; any other name
-  /// lives in /dev/shm (so "vram-gpu0" is /dev/shm/vram-gpu0).
+  /// lives in /dev/shm (so "vram-gpu0" is /dev/shm/vram-gpu0). Throws invalid_argument for a
+  /// name with a control character, ledger_error (not_found) for an empty one.
   [[nodiscard]] static std::string resolve(std::string_view name) {
+    detail::check_name("quota_ledger", "a ledger name", name);
     if (name.empty()) detail::throw_ledger_error(ledger_error::reason::not_found, "\"\"", "empty ledger name");
     if (name.find('/') != std::string_view::npos) return std::string(name);
     return "/dev/shm/" + std::string(name);
@@ -159,8 +164,10 @@ class quota_ledger {
   // ---- tenants --------------------------------------------------------------------------
 
   /// The tenant at `path` ("job/model/class"), creating every missing level (admin).
-  /// Throws ledger_error: read_only, full, unknown_tenant (a malformed path).
+  /// Throws invalid_argument (a control character in the path), ledger_error: read_only,
+  /// full, unknown_tenant (a malformed path).
   tenant add_tenant(std::string_view tenant_path) {
+    detail::check_name("quota_ledger", "a tenant path", tenant_path);
     require(ledger_access::admin, "creating tenants");
     check_path(tenant_path);
     detail::ledger::robust_guard guard(&limits_->admin_mutex, path_, [] {
@@ -176,9 +183,11 @@ class quota_ledger {
     return tenant{parent};
   }
 
-  /// The tenant at `path`, if there is one.
+  /// The tenant at `path`, if there is one (none for a malformed path, or one with a control
+  /// character: no tenant has one).
   [[nodiscard]] std::optional<tenant> find(std::string_view tenant_path) const {
-    if (!detail::ledger::tenant_tree::valid_path(tenant_path)) return std::nullopt;
+    if (!detail::ledger::tenant_tree::valid_path(tenant_path) || detail::has_control_character(tenant_path))
+      return std::nullopt;
     refresh();
     std::uint32_t at = detail::ledger::no_parent;
     for (std::string_view part : detail::ledger::tenant_tree::split(tenant_path)) {
@@ -188,8 +197,10 @@ class quota_ledger {
     }
     return tenant{at};
   }
-  /// The tenant at `path`; throws ledger_error (unknown_tenant) when there is none.
+  /// The tenant at `path`; throws ledger_error (unknown_tenant) when there is none,
+  /// invalid_argument for a path with a control character.
   [[nodiscard]] tenant at(std::string_view tenant_path) const {
+    detail::check_name("quota_ledger", "a tenant path", tenant_path);
     if (auto t = find(tenant_path)) return *t;
     detail::throw_ledger_error(ledger_error::reason::unknown_tenant, path_,
                                "no tenant '" + std::string(tenant_path) + "'");

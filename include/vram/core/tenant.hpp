@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include <vram/core/tenant_id.hpp>
+#include <vram/detail/names.hpp>
 #include <vram/detail/throw.hpp>
 
 namespace vram {
@@ -55,8 +56,10 @@ class tenant_registry {
   }
 
   /// Creates a tenant named `name` (truncated to max_tenant_name) under `parent` (none: a
-  /// root). Throws vram::invalid_argument when the registry is full or `parent` is unknown.
+  /// root). Throws vram::invalid_argument, changing nothing, when the registry is full,
+  /// `parent` is unknown or `name` holds a NUL or another control character.
   tenant create(std::string_view name, const tenant* parent = nullptr) {
+    detail::check_name("tenant_registry", "a tenant name", name);
     std::lock_guard lock(mutex_);
     std::uint32_t n = count_.load(std::memory_order_relaxed);
     if (n == max_tenants) detail::throw_invalid_argument("tenant_registry", "too many tenants (vram::max_tenants)");

@@ -15,6 +15,7 @@
 
 #include <vram/core/error.hpp>
 #include <vram/adaptor/detail/ledger/layout.hpp>
+#include <vram/detail/names.hpp>
 #include <vram/detail/throw.hpp>
 
 namespace vram::detail::ledger {
@@ -24,7 +25,8 @@ class tenant_tree {
   static constexpr std::size_t max_name = name_bytes - 1;
 
   /// Copies and validates the entries published since the last call (a name of 1 to
-  /// max_name characters, a parent below the entry's index, the entry's seal). Throws
+  /// max_name characters, none a control character, a parent below the entry's index, the
+  /// entry's seal). Throws
   /// ledger_error (corrupted), naming `path`, for a damaged count or entry.
   void refresh(const limits_file& f, const std::string& path) {
     const std::uint32_t count = f.tenant_count.load(std::memory_order_acquire);
@@ -38,8 +40,8 @@ class tenant_tree {
       std::memcpy(name.data(), e.name, name.size());
       const std::uint32_t parent = e.parent;
       const bool terminated = std::memchr(name.data(), '\0', name.size()) != nullptr;
-      if (!terminated || name[0] == '\0' || (parent != no_parent && parent >= i) ||
-          e.check != tenant_entry::seal(name.data(), parent, i))
+      if (!terminated || name[0] == '\0' || has_control_character(name.data()) ||
+          (parent != no_parent && parent >= i) || e.check != tenant_entry::seal(name.data(), parent, i))
         throw_ledger_error(ledger_error::reason::corrupted, path, "damaged tenant " + std::to_string(i));
       names_[i] = name;
       parents_[i] = parent;
