@@ -12,6 +12,9 @@
 //       Attaches read-only and reads every tenant's usage and hard limit as fast as it can.
 //       Prints "ready"; at end of input prints "samples <n> violations <n>", where a
 //       violation is a tenant seen above its hard limit.
+//   ledger_worker hold <ledger> <tenant path> <bytes>
+//       Attaches with charge access and charges <bytes> to the tenant. Prints "ready <pid>";
+//       at end of input gives its slot back (with the charge) and exits.
 
 #include <poll.h>
 #include <unistd.h>
@@ -130,17 +133,30 @@ int run_sample(char** argv) {
   return 0;
 }
 
+int run_hold(char** argv) {
+  auto ledger = vram::quota_ledger::attach(argv[2]);
+  if (!ledger->charge(ledger->at(argv[3]), std::strtoull(argv[4], nullptr, 10)).granted) {
+    std::fprintf(stderr, "ledger_worker: the charge was refused\n");
+    return 1;
+  }
+  say("ready " + std::to_string(::getpid()));
+  wait_for_end_of_input();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     if (argc == 7 && std::strcmp(argv[1], "race") == 0) return run_race(argv);
     if (argc == 3 && std::strcmp(argv[1], "sample") == 0) return run_sample(argv);
+    if (argc == 5 && std::strcmp(argv[1], "hold") == 0) return run_hold(argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ledger_worker: %s\n", e.what());
     return 1;
   }
   std::fprintf(stderr, "usage: ledger_worker race <ledger> <tenant> host|simulated <seed> <operations>\n"
-                       "       ledger_worker sample <ledger>\n");
+                       "       ledger_worker sample <ledger>\n"
+                       "       ledger_worker hold <ledger> <tenant> <bytes>\n");
   return 2;
 }

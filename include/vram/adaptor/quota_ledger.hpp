@@ -26,6 +26,7 @@
 #include <vram/adaptor/detail/charge_result.hpp>
 #include <vram/adaptor/detail/ledger/files.hpp>
 #include <vram/adaptor/detail/ledger/layout.hpp>
+#include <vram/adaptor/detail/ledger/slot_lock.hpp>
 #include <vram/adaptor/detail/ledger/system.hpp>
 #include <vram/adaptor/detail/ledger/tenant_tree.hpp>
 #include <vram/detail/names.hpp>
@@ -57,7 +58,8 @@ struct ledger_options {
 /// handle's process slot. So no tenant's usage ever exceeds its hard limit, not for an
 /// instant, whatever processes race (a limit lowered below usage refuses until frees bring
 /// usage under it). A refusal changes nothing but the refused tenant's refusal count.
-/// Crashes: a process that dies, however it dies, leaves its slot claimed and unlocked; its
+/// Crashes: a process that dies, however it dies, leaves its slot claimed and unlocked,
+/// whatever children it started live on (none inherits the slot's lock: slot_lock.hpp); its
 /// charges return at the next charge that would be refused, at the next attach, or when an
 /// operator runs reclaim() (vram-quota reclaim), whichever comes first. A process that dies
 /// inside the charge mutex is repaired by the next holder, which recomputes every usage from
@@ -155,7 +157,7 @@ class quota_ledger {
       return_slot_locked(slot_);
     } catch (...) {  // a damaged ledger: the slot stays claimed until reclaimed
     }
-    detail::ledger::unlock_byte(usage_file_.fd(), slot_);
+    slot_lock_.release();
   }
 
   [[nodiscard]] const std::string& path() const noexcept { return path_; }
@@ -277,7 +279,7 @@ class quota_ledger {
     for (std::uint32_t i = 0; i < max_processes; ++i) {
       const auto& s = usage_->processes[i];
       if (s.claimed.load(std::memory_order_acquire) != 1) continue;
-      process p{i, s.pid, std::string(s.command, strnlen(s.command, sizeof s.command)), alive(i), i == slot_, {}};
+      process p{i, s.pid, std::string(s.command, strnlen(s.command, sizeof s.command)), alive(i), own(i), {}};
       const std::uint32_t n = tree_.size();
       for (std::uint32_t t = 0; t < n; ++t)
         if (std::size_t c = s.charged[t].load(std::memory_order_relaxed)) p.charged.emplace_back(tenant{t}, c);
@@ -471,10 +473,13 @@ class quota_ledger {
     return detail::ledger::robust_guard(&usage_->charge_mutex, path_, [this] { repair_locked(); });
   }
 
-  /// Whether slot i's holder is alive. Our own slot is; a slot whose lock no other open
-  /// file description holds has lost its holder.
+  /// Whether slot i is this handle's, in the process that claimed it (not a child of fork).
+  [[nodiscard]] bool own(std::uint32_t i) const noexcept { return i == slot_ && !forked(); }
+  /// Whether slot i's holder is alive. Our own slot is; a slot whose lock no open file
+  /// description holds has lost its holder (the mapped descriptor never holds one, so every
+  /// slot_lock, this handle's too, is one "elsewhere" from it).
   [[nodiscard]] bool alive(std::uint32_t i) const noexcept {
-    return i == slot_ || detail::ledger::byte_held_elsewhere(usage_file_.fd(), i);
+    return own(i) || detail::ledger::byte_held_elsewhere(usage_file_.fd(), i);
   }
 
   void claim_slot() {
@@ -483,7 +488,8 @@ class quota_ledger {
     for (std::uint32_t i = 0; i < max_processes; ++i) {
       auto& s = usage_->processes[i];
       if (s.claimed.load(std::memory_order_relaxed) != 0) continue;
-      if (!detail::ledger::lock_byte(usage_file_.fd(), i)) continue;  // its last holder is still leaving
+      // Held elsewhere: its last holder is still leaving.
+      if (!slot_lock_.acquire(path_ + "/usage", usage_file_.fd(), i, path_)) continue;
       s.pid = static_cast<std::int32_t>(::getpid());
       detail::ledger::process_command(s.command);
       for (auto& c : s.charged) c.store(0, std::memory_order_relaxed);
@@ -564,6 +570,7 @@ class quota_ledger {
   ledger_access access_;
   detail::ledger::mapped_file limits_file_;
   detail::ledger::mapped_file usage_file_;
+  detail::ledger::slot_lock slot_lock_;  // holds byte slot_ of the usage file iff slot_ != no_slot
   detail::ledger::limits_file* limits_ = nullptr;
   detail::ledger::usage_file* usage_ = nullptr;
   std::uint32_t slot_ = no_slot;

@@ -28,8 +28,9 @@ namespace vram::detail::ledger {
   throw_ledger_error(r, path, std::string(what) + ": " + std::strerror(err));
 }
 
-/// A file mapped shared, unmapped and closed on destruction. The descriptor stays open: its
-/// open-file-description locks are what tell other processes this one is alive.
+/// A file mapped shared, unmapped and closed on destruction. No lock is ever taken through
+/// its descriptor: a mapping is copied by fork(), and with it the open file description
+/// (slot_lock.hpp takes the slots' locks through a description of its own).
 class mapped_file {
  public:
   mapped_file() = default;
@@ -120,8 +121,9 @@ inline struct flock byte_range(short type, std::uint32_t index) noexcept {
 }
 
 /// Takes an exclusive open-file-description lock on byte `index` of fd's file; false when
-/// another open file description holds it. Released when every descriptor of this open file
-/// description is closed, which the kernel does when the process dies, however it dies.
+/// another open file description holds it. Released when nothing refers to this open file
+/// description any more (no descriptor, no mapping, in any process), which the kernel sees
+/// when the last process that refers to it dies, however it dies.
 inline bool lock_byte(int fd, std::uint32_t index) noexcept {
   struct flock l = byte_range(F_WRLCK, index);
   return ::fcntl(fd, F_OFD_SETLK, &l) == 0;
