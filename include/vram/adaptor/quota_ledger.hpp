@@ -64,8 +64,9 @@ struct ledger_options {
 /// operator runs reclaim() (vram-quota reclaim), whichever comes first. A process that dies
 /// inside the charge mutex is repaired by the next holder, which recomputes every usage from
 /// the process slots.
-/// Names: a ledger name or tenant path holding a NUL or another control character (a byte
-/// below 0x20, or 0x7f) is refused with vram::invalid_argument, and nothing changes.
+/// Names: a name holding a NUL or another control character (a byte below 0x20, or 0x7f) is
+/// refused, and nothing changes: a ledger name with vram::invalid_argument, a tenant path
+/// with ledger_error (unknown_tenant), as every other malformed tenant path.
 /// Trust: every byte read from the files is checked before it is used as an index or a
 /// length; a file of another ledger, another layout, damaged or truncated is refused with
 /// vram::ledger_error.
@@ -166,10 +167,9 @@ class quota_ledger {
   // ---- tenants --------------------------------------------------------------------------
 
   /// The tenant at `path` ("job/model/class"), creating every missing level (admin).
-  /// Throws invalid_argument (a control character in the path), ledger_error: read_only,
-  /// full, unknown_tenant (a malformed path).
+  /// Throws ledger_error: read_only, full, unknown_tenant (a malformed path, or one with a
+  /// control character).
   tenant add_tenant(std::string_view tenant_path) {
-    detail::check_name("quota_ledger", "a tenant path", tenant_path);
     require(ledger_access::admin, "creating tenants");
     check_path(tenant_path);
     detail::ledger::robust_guard guard(&limits_->admin_mutex, path_, [] {
@@ -199,10 +199,10 @@ class quota_ledger {
     }
     return tenant{at};
   }
-  /// The tenant at `path`; throws ledger_error (unknown_tenant) when there is none,
-  /// invalid_argument for a path with a control character.
+  /// The tenant at `path`; throws ledger_error (unknown_tenant) when there is none (a
+  /// malformed path, or one with a control character, names none).
   [[nodiscard]] tenant at(std::string_view tenant_path) const {
-    detail::check_name("quota_ledger", "a tenant path", tenant_path);
+    check_path_characters(tenant_path);
     if (auto t = find(tenant_path)) return *t;
     detail::throw_ledger_error(ledger_error::reason::unknown_tenant, path_,
                                "no tenant '" + std::string(tenant_path) + "'");
@@ -398,7 +398,15 @@ class quota_ledger {
   }
 
   void refresh() const { tree_.refresh(*limits_, path_); }
+  /// A tenant path with a control character is a malformed path (unknown_tenant), refused
+  /// before any message prints it: the bytes would cut or garble it.
+  void check_path_characters(std::string_view p) const {
+    if (detail::has_control_character(p)) [[unlikely]]
+      detail::throw_ledger_error(ledger_error::reason::unknown_tenant, path_,
+                                 "bad tenant path (it holds a NUL or another control character)");
+  }
   void check_path(std::string_view p) const {
+    check_path_characters(p);
     if (!detail::ledger::tenant_tree::valid_path(p))
       detail::throw_ledger_error(ledger_error::reason::unknown_tenant, path_,
                                  "bad tenant path '" + std::string(p) + "' (names of 1 to " +
