@@ -3,6 +3,8 @@
 // batch of inference) and serves the next steps from an offline placement of it.
 // Design: docs/planned_pool.md.
 
+#include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -63,10 +65,11 @@ struct plan_summary {
 };
 
 /// A pool for work that repeats: it records one step (between two mark_step() calls), places
-/// every block that lived inside it offline in one range (best fit by size and lifetime, then
-/// a search), and from the next step on serves the requests that match the recording at
-/// their planned offsets. Where the pattern repeats exactly, the range is the step's peak of
-/// live bytes or close to it: no fragmentation, which an online allocator cannot promise.
+/// every block that lived inside it, or from it into the next step (a gradient the next
+/// zero_grad frees), offline in one range (best fit by size and lifetime, then a search), and
+/// from the next step on serves the requests that match the recording at their planned
+/// offsets. Where the pattern repeats exactly, the range is the step's peak of live bytes or
+/// close to it: no fragmentation, which an online allocator cannot promise.
 ///
 /// Matching: requests are matched in order against the recorded allocations by size,
 /// alignment and stream (a missing allocation skips ahead, within match_window). A request
@@ -74,29 +77,29 @@ struct plan_summary {
 /// earlier step), is served by the online stream_pool: the plan is never corrupted. A step too
 /// far off the plan (max_off_plan) drops the plan at once (its range returns to the online
 /// pool when its last block is freed) and is followed by a new recording. Blocks that outlive
-/// their step, or ask for an alignment above 256, are always served online.
+/// the next step, or ask for an alignment above 256, are always served online.
 ///
-/// Streams: a planned block reused on another stream than the one that freed the blocks last
-/// at its addresses waits for that stream (an event, as stream_pool's steal). While every
-/// step has followed the plan the blocks last at an entry's addresses are known from the
-/// plan; after a divergence, a planned block on stream T waits for every other stream that
-/// freed planned blocks. A range goes back to the online pool on the stream of the request or
-/// free that retires it, after the other streams that freed planned blocks (a wait enqueued,
-/// never blocking); at a mark or at destruction, on the synchronous stream (blocking).
+/// Streams: a planned block handed to stream T is ordered after every other stream that freed
+/// any byte of its place last (what happened, whatever the plan says: last_freers), by an
+/// event as stream_pool's steal. A range goes back to the online pool on the stream of the
+/// request or free that retires it, after the other streams that freed planned blocks (a wait
+/// enqueued, never blocking); at a mark or at destruction, on the synchronous stream (blocking).
 ///
 /// Thread safety: all members may be called concurrently; one mutex serializes them (the
 /// online pool's per-stream fast path is behind it). Planning runs inside mark_step().
 /// Statistics: exact (one ledger); reserved and free blocks are the online pool's, the range
 /// counting as reserved.
-/// Complexity: a planned allocation O(match_window) amortized (plus O(live planned blocks) in a
-/// step off the plan, where the quick proof that its place is free does not apply), a planned
-/// free O(1) expected; planning O(n^2) per order tried (n allocations in the step).
+/// Complexity: a planned allocation O(match_window + log n) amortized (plus O(live planned
+/// blocks) in a step off the plan, where the quick proof that its place is free does not
+/// apply), a planned free O(log n); planning O(n^2) per order tried (n allocations in the step).
 /// Misuse (foreign pointer, double free, wrong size) is reported and changes nothing.
 template <class Upstream>
 class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream> {
   using plan = detail::planned_pool::plan;
   using plan_entry = detail::planned_pool::plan_entry;
   using recorded_allocation = detail::planned_pool::recorded_allocation;
+  using carried_in_free = detail::planned_pool::carried_in_free;
+  using last_freers = detail::planned_pool::last_freers;
   static constexpr std::size_t quantum = detail::stream_pool::size_classes::quantum;
 
  public:
@@ -168,10 +171,22 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     online_.deallocate(s, p, bytes, align);
     if (detail::misuse_reports_on_this_thread() != reports) return;  // refused: nothing changed
     ledger_.unbook(align_up(bytes, quantum), bytes);
+    if (phase_ == plan_summary::phase::serving && !plan_->unpaired.empty() &&
+        std::binary_search(plan_->unpaired.begin(), plan_->unpaired.end(), std::pair<std::uint64_t, std::size_t>(bytes, align)))
+      plan_->unpaired_freed = true;
+    if (phase_ == plan_summary::phase::serving && !plan_->awaited.empty())
+      if (auto it = std::lower_bound(plan_->awaited.begin(), plan_->awaited.end(), addr);
+          it != plan_->awaited.end() && *it == addr)
+        plan_->awaited.erase(it);
     if (phase_ == plan_summary::phase::recording) {
       if (auto it = recorded_live_.find(addr); it != recorded_live_.end()) {
         recording_[it->second].freed = ticks_;
         recorded_live_.erase(it);
+      } else {
+        try {
+          carried_in_.push_back({bytes, align, ticks_});
+        } catch (...) {  // not remembered: the leftover it would pair with stays unplanned
+        }
       }
     }
   }
@@ -241,6 +256,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     std::lock_guard lock(mutex_);
     online_.for_each_free_block(f);
     for (const plan* pl : plans()) {
+      if (!pl->held) continue;
       std::vector<std::pair<std::uint64_t, std::uint64_t>> taken;
       for (std::uint32_t i : pl->live) taken.emplace_back(pl->entries[i].offset, pl->entries[i].size);
       std::sort(taken.begin(), taken.end());
@@ -254,14 +270,16 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
   }
 
   /// Verifies the online pool and every plan: live blocks inside their range, pairwise
-  /// disjoint, and the live lists, offsets and byte counts in agreement. Throws std::logic_error.
+  /// disjoint, ordered after the streams that freed their bytes last, and the live lists,
+  /// offsets and byte counts in agreement. Throws std::logic_error.
   void check_invariants() const {
     std::lock_guard lock(mutex_);
     online_.check_invariants();
     auto fail = [](const char* what) { throw std::logic_error(std::string("planned_pool invariant: ") + what); };
     std::uint64_t planned_live = 0;
     for (const plan* pl : plans()) {
-      if (pl->range != 0 && !online_.owns(reinterpret_cast<void*>(pl->base))) fail("a range is not an online block");
+      if (pl->held && !online_.owns(reinterpret_cast<void*>(pl->base))) fail("a range is not an online block");
+      if (!pl->held && !pl->live.empty()) fail("live planned blocks without a range");
       std::vector<std::pair<std::uint64_t, std::uint64_t>> taken;
       std::uint64_t bytes = 0;
       for (std::size_t k = 0; k < pl->live.size(); ++k) {
@@ -276,8 +294,16 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
       for (std::size_t k = 1; k < taken.size(); ++k)
         if (taken[k].first < taken[k - 1].second) fail("two live blocks overlap");
       std::size_t carried = 0;
-      for (std::uint32_t i : pl->live) carried += pl->entries[i].serial != pl->step;
+      for (std::uint32_t i : pl->live) carried += !pl->expected_carry(pl->entries[i]);
       if (pl == plan_.get() && carried != pl->carried) fail("blocks of earlier steps miscounted");
+      // Stream order: every live block's stream was ordered after each stream that freed any
+      // of its bytes last (nothing repaints a live block's bytes: its place is its own).
+      if (!pl->freers.consistent()) fail("the last freers' tree disagrees with itself");
+      for (std::uint32_t i : pl->live) {
+        const plan_entry& e = pl->entries[i];
+        if ((pl->freers.query(e.atom_lo, e.atom_hi) & ~e.ordered_after) != 0)
+          fail("a live block not ordered after a stream that freed its bytes");
+      }
       if (bytes != pl->live_bytes) fail("live bytes miscounted");
       planned_live += bytes;
     }
@@ -304,6 +330,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
   void start_recording() {
     recording_.clear();
     recorded_live_.clear();
+    carried_in_.clear();
     ticks_ = 0;
     phase_ = plan_summary::phase::recording;
   }
@@ -322,27 +349,52 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
   }
 
   void finish_recording() {
+    detail::planned_pool::pair_leftovers(recording_, carried_in_);
     plan next = detail::planned_pool::make_plan(recording_, quantum, options_.planning_budget);
-    if (next.range != 0) {
-      // What the recorded step held (its online fragmentation included) goes back to the
-      // upstream first, so the range adds nothing to the peak where the step's memory was
-      // free: served steps need only the range and what outlives the steps.
-      online_.release();
-      try {
-        next.base = reinterpret_cast<std::uintptr_t>(online_.allocate_sync(static_cast<std::size_t>(next.range), quantum));
-      } catch (const std::bad_alloc&) {  // no room for the range: stay online, record the next step
-        ++plans_refused_;
-        last_off_plan_ = last_planned_ = 0;
-        start_recording();
-        return;
-      }
+    if (carried_in_.empty()) {
+      for (const recorded_allocation& r : recording_)
+        if (r.freed == detail::planned_pool::no_tick) next.unpaired.emplace_back(r.requested, r.align);
+      std::sort(next.unpaired.begin(), next.unpaired.end());
     }
+    // The recording's leftovers that wrap are online blocks the next step frees: the range
+    // is taken in that step, once they are (plan::take_at), else now.
+    for (const auto& [addr, index] : recorded_live_)
+      if (recording_[index].wraps) next.awaited.push_back(addr);
+    std::sort(next.awaited.begin(), next.awaited.end());
+    if (next.range != 0 && next.awaited.empty() && !take_range(next, stream_ref{})) {
+      start_recording();  // no room for the range: stay online, record the next step
+      return;
+    }
+    // Where the range comes early in the next step (little of it is served online before), the
+    // recording's free memory goes back now; else it serves that online part, as it would the
+    // online pool's (given back, it would be taken again, and placed no better).
+    if (!next.held && next.peak_before_take <= next.range / 10) online_.release();
     plan_ = std::make_unique<plan>(std::move(next));
     ++plans_made_;
     last_off_plan_ = last_planned_ = 0;  // the step just closed was recorded, not served
     recording_.clear();
     recorded_live_.clear();
+    carried_in_.clear();
     phase_ = plan_summary::phase::serving;
+  }
+
+  /// Takes the plan's range from the online pool on `s`. What the online pool holds free
+  /// (the recorded step's fragmentation included) goes back to the upstream first, so the range
+  /// adds nothing to the peak where that memory was free. A range taken on a stream is ordered
+  /// after that stream for everyone else (its bytes are painted with it). False, counted in
+  /// plans_refused, where the online pool cannot hold it.
+  bool take_range(plan& pl, stream_ref s) {
+    online_.release();
+    try {
+      pl.base = reinterpret_cast<std::uintptr_t>(online_.allocate(s, static_cast<std::size_t>(pl.range), quantum));
+    } catch (const std::bad_alloc&) {
+      ++plans_refused_;
+      last_off_plan_ = last_planned_ = 0;
+      return false;
+    }
+    pl.held = true;
+    if (s.key() != 0) pl.freers.paint(0, static_cast<std::uint32_t>(pl.freers.atoms()), freer_bit(pl, s));
+    return true;
   }
 
   // ---- serving ------------------------------------------------------------------------
@@ -350,6 +402,11 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
   void* allocate_served(stream_ref s, std::size_t bytes, std::size_t align) {
     plan& pl = *plan_;
     const std::uint32_t k = pl.match(bytes, align, s.key(), options_.match_window);
+    if (k != plan::no_match && !pl.held && pl.range != 0 && pl.awaited.empty() && pl.entries[k].allocated >= pl.take_at &&
+        !take_range(pl, s)) {
+      abandon_plan(s);  // no room for the range: online until the next mark records a step
+      return online_.allocate(s, bytes, align);
+    }
     if (k == plan::no_match) {
       void* p = online_.allocate(s, bytes, align);
       ++pl.off_plan;
@@ -359,17 +416,15 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     const plan_entry& e = pl.entries[k];
     const bool in_order = k >= pl.frontier;  // every entry matched so far in this step comes before it
     if (!in_order) pl.in_order_step = false;
-    const bool at_place = e.planned && place_is_free(pl, k) && order_after_frees(pl, k, s);
+    const bool at_place = e.planned && pl.held && place_is_free(pl, k) && order_after_frees(pl, k, s);
     // The online pool may throw: nothing has changed yet.
     void* p = at_place ? reinterpret_cast<void*>(pl.base + e.offset) : online_.allocate(s, bytes, align);
     pl.consume(k, options_.match_window);
-    if (e.planned && !in_order) pl.history_exact = false;  // its place's occupants came in another order
     if (at_place) {
       pl.mark_live(k);
       ++pl.served;
-    } else if (e.planned) {  // its place was taken
+    } else if (e.planned && pl.held) {  // its place was taken
       ++pl.off_plan;
-      pl.history_exact = false;
     }
     if (too_far_off(pl)) abandon_plan(s);
     return p;
@@ -397,25 +452,30 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     return pl.planned_frees_done(k) || !pl.overlaps_live(e.offset, e.size);
   }
 
-  /// Makes `s` wait for the streams that freed the blocks last at entry k's addresses; false
-  /// (nothing waited) where the pool cannot order it (a stream's event could not be recorded).
+  /// Makes `s` wait for every other stream that freed any byte of entry k's place last (what
+  /// happened, whatever the plan said: see last_freers), and notes them in the entry; false
+  /// (nothing noted) where the pool cannot order it (a stream's event could not be recorded).
   bool order_after_frees(plan& pl, std::uint32_t k, stream_ref s) noexcept {
+    plan_entry& e = pl.entries[k];
+    const std::uint64_t freers = pl.freers.query(e.atom_lo, e.atom_hi);
     auto wait_for = [&](std::size_t stream_index) {
       const auto& freed = pl.streams[stream_index];
       if (freed.key != s.key()) freed.stream.record().make_wait(s);
     };
     try {
-      if (pl.history_exact) {
-        const plan_entry& e = pl.entries[k];
-        for (std::uint32_t i = e.preds_begin; i < e.preds_end; ++i)
-          if (std::uint16_t on = pl.entries[pl.preds[i]].freed_on; on != 0) wait_for(on - 1u);
-      } else {
-        for (std::size_t i = 0; i < pl.streams.size(); ++i) wait_for(i);
+      for (std::uint64_t bits = freers; bits != 0; bits &= bits - 1) {
+        const auto b = static_cast<std::size_t>(std::countr_zero(bits));
+        if (b < last_freers::overflow_bit) {
+          wait_for(b);
+        } else {
+          for (std::size_t i = last_freers::overflow_bit; i < pl.streams.size(); ++i) wait_for(i);
+        }
       }
-      return true;
     } catch (...) {
       return false;
     }
+    e.ordered_after = freers;
+    return true;
   }
 
   void free_planned(plan& pl, stream_ref s, std::uintptr_t addr, std::size_t bytes) noexcept {
@@ -428,46 +488,51 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
       return;
     }
     pl.mark_free(static_cast<std::uint32_t>(e - pl.entries.data()));
-    e->freed_on = stream_index_of(pl, s);
+    pl.freers.paint(e->atom_lo, e->atom_hi, freer_bit(pl, s));
     ledger_.unbook(e->size, bytes);
   }
 
-  /// plan::streams index + 1 of `s` (added on its first free; 0 for the synchronous stream,
-  /// whose frees anyone may reuse at once, and when the list cannot grow: then waits fall
-  /// back to everything pending, see order_after_frees).
-  static std::uint16_t stream_index_of(plan& pl, stream_ref s) noexcept {
+  /// The last_freers bit of `s`, listed in plan::streams on its first free. None for the
+  /// synchronous stream, whose frees anyone may reuse at once; none either where `s` cannot be
+  /// listed (no memory for the list): then the free waits for s here, so that nothing is pending.
+  static std::uint64_t freer_bit(plan& pl, stream_ref s) noexcept {
     if (s.key() == 0) return 0;
     for (std::size_t i = 0; i < pl.streams.size(); ++i) {
       if (pl.streams[i].key != s.key()) continue;
       if (pl.streams[i].stream.stale(s)) pl.streams[i].stream.refresh(s);
-      return static_cast<std::uint16_t>(i + 1);
+      return last_freers::bit_of(i);
     }
     try {
-      if (pl.streams.size() < UINT16_MAX) {
-        pl.streams.push_back({s.key(), detail::stream_pool::freeing_stream(s)});
-        return static_cast<std::uint16_t>(pl.streams.size());
-      }
+      pl.streams.push_back({s.key(), detail::stream_pool::freeing_stream(s)});
+      return last_freers::bit_of(pl.streams.size() - 1);
     } catch (...) {
     }
-    pl.history_exact = false;  // this free is not remembered: wait for every known stream
+    try {
+      detail::stream_pool::freeing_stream(s).record().make_wait(stream_ref{});
+    } catch (...) {
+      report_misuse({misuse::upstream_failure, name(), nullptr, 0, 0});
+    }
     return 0;
   }
 
   void close_served_step() {
     plan& pl = *plan_;
-    for (std::size_t i = pl.cursor; i < pl.entries.size(); ++i) {  // never requested
-      if (pl.entries[i].matched == pl.step) continue;
-      ++pl.off_plan;
-      if (pl.entries[i].planned) pl.history_exact = false;
-    }
+    for (std::size_t i = pl.cursor; i < pl.entries.size(); ++i)  // never requested
+      if (pl.entries[i].matched != pl.step) ++pl.off_plan;
     last_off_plan_ = pl.off_plan;
     last_planned_ = pl.served;
     ++steps_served_;
-    if (too_far_off(pl)) {
+    // Too far off; made from the first step of a loop, whose leftovers (gradients) turn out
+    // to cross the boundary; or the recording's leftovers not freed in the step as paired:
+    // the next step is recorded again.
+    if (too_far_off(pl) || pl.unpaired_freed || (pl.range != 0 && !pl.held)) {
       retire(std::move(plan_), stream_ref{});
       start_recording();
       return;
     }
+    // The first served step held the recording's leftovers online, and whatever it allocated
+    // before the range was taken: that memory goes back to the upstream.
+    if (pl.step == 1) online_.release();
     pl.cursor = 0;
     pl.frontier = 0;
     pl.off_plan = 0;
@@ -475,7 +540,8 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     ++pl.step;
     pl.free_cursor = 0;
     pl.in_order_step = true;
-    pl.carried = pl.live.size();
+    pl.carried = 0;
+    for (std::uint32_t i : pl.live) pl.carried += !pl.expected_carry(pl.entries[i]);
   }
 
   /// Gives the range back now on `s` when no block of the plan is live, else keeps the plan
@@ -491,7 +557,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
   /// Frees the range into the online pool on `s`, after every stream that freed planned
   /// blocks (s waits for them: blocking when s is the synchronous stream).
   void give_range_back(plan& pl, stream_ref s) noexcept {
-    if (pl.range == 0) return;
+    if (!pl.held) return;
     for (const auto& freed : pl.streams) {
       if (freed.key == s.key()) continue;
       try {
@@ -501,7 +567,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
       }
     }
     online_.deallocate(s, reinterpret_cast<void*>(pl.base), static_cast<std::size_t>(pl.range), quantum);
-    pl.range = 0;
+    pl.held = false;
   }
 
   plan_summary summary_locked() const {
@@ -529,6 +595,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
   plan_summary::phase phase_ = plan_summary::phase::online;
   std::vector<recorded_allocation> recording_;
   std::unordered_map<std::uintptr_t, std::size_t> recorded_live_;  // recording_ index of each recorded live block
+  std::vector<carried_in_free> carried_in_;                        // frees in the recording of blocks from before it
   std::uint32_t ticks_ = 0;                                        // events of the step being recorded
   std::unique_ptr<plan> plan_;                                     // while serving
   std::vector<std::unique_ptr<plan>> retired_;                     // earlier plans with blocks still live

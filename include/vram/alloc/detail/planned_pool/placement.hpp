@@ -20,11 +20,22 @@
 
 namespace vram::detail::planned_pool {
 
-/// A block to place: `size` bytes live over the ticks [begin, end) of the step.
+/// A block to place: `size` bytes live over the ticks [begin, end) of the step, or, where it
+/// wraps, from `begin` to the step's end and again from the next step's start to `end` (end <=
+/// begin): the placement is periodic, every step the same.
 struct lifetime {
   std::uint64_t size = 0;
   std::uint32_t begin = 0, end = 0;
+  bool wraps = false;
 };
+
+/// True when two blocks are live at one tick of a step (in the periodic sense).
+[[nodiscard]] inline bool live_together(const lifetime& a, const lifetime& b) noexcept {
+  if (a.wraps && b.wraps) return true;  // both live at the step's boundary
+  if (a.wraps) return b.begin < a.end || a.begin < b.end;
+  if (b.wraps) return a.begin < b.end || b.begin < a.end;
+  return a.begin < b.end && b.begin < a.end;
+}
 
 struct placement {
   std::vector<std::uint64_t> offsets;  ///< by block, as given
@@ -40,6 +51,7 @@ inline std::uint64_t live_peak(const std::vector<lifetime>& blocks) {
   for (const auto& b : blocks) {
     changes.emplace_back(b.begin, static_cast<std::int64_t>(b.size));
     changes.emplace_back(b.end, -static_cast<std::int64_t>(b.size));
+    if (b.wraps) changes.emplace_back(0, static_cast<std::int64_t>(b.size));  // live from the step's start
   }
   std::sort(changes.begin(), changes.end());  // at one tick, frees (negative) first: [begin, end)
   std::int64_t live = 0, peak = 0;
@@ -55,7 +67,7 @@ inline std::uint64_t place_in_order(const std::vector<lifetime>& blocks, const s
                                     std::vector<std::uint64_t>& offsets, std::uint64_t give_up) {
   struct placed {
     std::uint64_t offset, end;
-    std::uint32_t begin, finish;
+    lifetime life;
   };
   std::vector<placed> by_offset;  // sorted by offset
   by_offset.reserve(order.size());
@@ -64,13 +76,13 @@ inline std::uint64_t place_in_order(const std::vector<lifetime>& blocks, const s
     const lifetime& b = blocks[i];
     std::uint64_t at = 0;
     for (const placed& p : by_offset) {
-      if (p.finish <= b.begin || b.end <= p.begin) continue;  // never live together
+      if (!live_together(p.life, b)) continue;
       if (p.offset >= at + b.size) break;                     // the gap below p fits
       at = std::max(at, p.end);
     }
     auto insert_at = std::lower_bound(by_offset.begin(), by_offset.end(), at,
                                       [](const placed& p, std::uint64_t o) { return p.offset < o; });
-    by_offset.insert(insert_at, {at, at + b.size, b.begin, b.end});
+    by_offset.insert(insert_at, {at, at + b.size, b});
     offsets[i] = at;
     range = std::max(range, at + b.size);
     if (range > give_up) return range;
@@ -92,7 +104,10 @@ inline placement place(const std::vector<lifetime>& blocks, std::chrono::nanosec
   std::vector<std::uint32_t> order(blocks.size());
   std::vector<std::uint64_t> offsets(blocks.size());
   std::vector<std::uint32_t> best_order;
-  auto life = [&](std::uint32_t i) { return std::uint64_t{blocks[i].end - blocks[i].begin}; };
+  auto life = [&](std::uint32_t i) {  // ticks live (a wrapping block: to the end, and from the start)
+    return blocks[i].wraps ? std::uint64_t{UINT32_MAX} - blocks[i].begin + blocks[i].end
+                           : std::uint64_t{blocks[i].end - blocks[i].begin};
+  };
   auto attempt = [&](const std::vector<std::uint32_t>& o) {
     ++best.orders_tried;
     std::uint64_t range = place_in_order(blocks, o, offsets, best.range);

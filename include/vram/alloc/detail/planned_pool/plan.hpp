@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include <vram/alloc/detail/planned_pool/last_freers.hpp>
 #include <vram/alloc/detail/planned_pool/placement.hpp>
 #include <vram/alloc/detail/stream_pool/stream_marker.hpp>
 
@@ -70,7 +71,37 @@ struct recorded_allocation {
   std::size_t align = 0;
   std::uintptr_t stream = 0;  ///< stream_ref::key()
   std::uint32_t allocated = 0, freed = no_tick;  ///< ticks (events of the step); freed: no_tick while live
+  /// Freed in the next step, at tick `freed` of that step (a gradient the next zero_grad frees).
+  bool wraps = false;
 };
+
+/// A block allocated before the recorded step and freed in it, at tick `freed`.
+struct carried_in_free {
+  std::uint64_t requested = 0;
+  std::size_t align = 0;
+  std::uint32_t freed = 0;
+};
+
+/// Gives the recorded blocks still live at the end of the step a free in the next step, where
+/// the step itself freed a block of the same size and alignment that an earlier step had left
+/// live: a repeating loop frees its predecessor's leftovers as the next step will free these.
+/// Pairs in order (the first leftover with the first such free), and only where the free comes
+/// no later than the allocation, so that two instances of one block are never live at once.
+/// Leftovers without such a free (weights, optimizer state created once) stay unplanned.
+inline void pair_leftovers(std::vector<recorded_allocation>& step, const std::vector<carried_in_free>& frees) {
+  std::map<std::pair<std::uint64_t, std::size_t>, std::vector<std::uint32_t>> free_ticks;  // in order
+  for (const carried_in_free& f : frees) free_ticks[{f.requested, f.align}].push_back(f.freed);
+  std::map<std::pair<std::uint64_t, std::size_t>, std::size_t> next;  // the first unpaired free of each kind
+  for (recorded_allocation& r : step) {
+    if (r.freed != no_tick) continue;
+    auto it = free_ticks.find({r.requested, r.align});
+    if (it == free_ticks.end()) continue;
+    std::size_t& at = next[it->first];
+    if (at == it->second.size() || it->second[at] > r.allocated) continue;
+    r.freed = it->second[at++];
+    r.wraps = true;
+  }
+}
 
 /// A stream that freed blocks of the plan, remembered so that another stream can wait for it.
 struct plan_stream {
@@ -86,34 +117,50 @@ struct plan_entry {
   std::uint64_t offset = 0;  ///< in the range (planned entries)
   std::uintptr_t stream = 0;
   std::size_t align = 0;
-  std::uint32_t allocated = 0, freed = 0;  ///< planned ticks
-  std::uint32_t preds_begin = 0, preds_end = 0;  ///< plan::preds: the blocks last at these addresses before it
+  std::uint32_t allocated = 0, freed = 0;  ///< planned ticks (freed: of the next step where it wraps)
+  std::uint32_t atom_lo = 0, atom_hi = 0;  ///< its bytes as last_freers atoms
   std::uint32_t slot = 0;        ///< plan::live_at_slot index of `offset` (entries at one offset share it)
   std::uint32_t frees_before = 0;  ///< planned frees at or before its allocation: plan::free_order's prefix
   std::uint32_t live_at = 0;     ///< plan::live index while live
   std::uint64_t serial = 0;      ///< the step it was last served in (plan::step)
   std::uint64_t matched = 0;     ///< the step it was last matched (or given up) in
-  std::uint16_t freed_on = 0;    ///< plan::streams index + 1 of its last free's stream; 0: none pending
-  bool planned = false;          ///< false: served by the online pool (it outlives the step, or a large alignment)
+  std::uint64_t ordered_after = 0;  ///< while live: last_freers bits of the streams its stream was ordered after
+  bool planned = false;          ///< false: served by the online pool (it outlives the next step, or a large alignment)
+  bool wraps = false;            ///< allocated in one step, freed in the next (recorded_allocation::wraps)
   bool live = false;
 };
 
 /// A plan and its serving state (guarded by planned_pool's mutex).
 struct plan {
   std::vector<plan_entry> entries;
-  std::vector<std::uint32_t> preds;          ///< per entry, [preds_begin, preds_end)
   offset_table slots;                        ///< offset -> slot, for the offsets planned entries start at
   std::vector<std::uint32_t> live_at_slot;   ///< entry index + 1 of the live block at that offset, 0: none
   std::vector<std::uint32_t> live;           ///< the live entries (any order)
   std::vector<plan_stream> streams;          ///< streams that freed planned blocks
+  last_freers freers;                        ///< which of them freed each byte of the range last
   std::vector<std::uint32_t> free_order;     ///< planned entries by planned free
-  std::uintptr_t base = 0;                   ///< the range: one block of the online pool
+  std::uintptr_t base = 0;                   ///< the range: one block of the online pool, while held
   std::uint64_t range = 0;
+  bool held = false;                         ///< the range is taken from the online pool (and not yet given back)
+  /// The recording's leftovers that wrap (online blocks) not yet freed: the range is taken
+  /// once they are, so that it is never held beside them (sorted addresses).
+  std::vector<std::uintptr_t> awaited;
+  /// In the first served step, the range is taken at the first entry allocated at or after
+  /// this tick (take_tick()), the recording's leftovers freed by then; until then, online.
+  std::uint32_t take_at = 0;
+  /// The peak of planned bytes live before take_at (served online in the first served step).
+  std::uint64_t peak_before_take = 0;
   std::uint64_t lower_bound = 0;             ///< peak live bytes of the planned blocks
   std::size_t planned_entries = 0;
   std::size_t orders_tried = 0;
   std::chrono::nanoseconds planning_time{0};
   std::uint64_t live_bytes = 0;              ///< of planned blocks
+  /// The kinds (requested, alignment) of the recording's leftovers, sorted, where the recording
+  /// freed nothing an earlier step had left (the first step of a loop: its leftovers could
+  /// not be paired); and whether a served step freed an online block of such a kind, which
+  /// says they cross the boundary and a new recording would plan them.
+  std::vector<std::pair<std::uint64_t, std::size_t>> unpaired;
+  bool unpaired_freed = false;
 
   // Serving state of the current step.
   std::size_t cursor = 0;   ///< the first entry not matched in this step
@@ -121,17 +168,14 @@ struct plan {
   std::uint64_t step = 1;   ///< serial of the current step (entries' `serial`)
   std::size_t off_plan = 0; ///< this step: requests matching no entry, entries skipped or served online
   std::size_t served = 0;   ///< this step: allocations served at their planned place
-  /// True while every planned entry has been served at its place, in order, since the plan
-  /// began: then the blocks last at an entry's addresses are exactly its preds.
-  bool history_exact = true;
   /// For the quick proof that a place is free (planned_frees_done): free_order's prefix seen
   /// freed in this step, whether every entry matched in this step came in plan order, and the
-  /// live blocks served in earlier steps.
+  /// live blocks served in earlier steps that the plan does not expect (expected_carry).
   std::size_t free_cursor = 0;
   bool in_order_step = true;
   std::size_t carried = 0;
 
-  [[nodiscard]] bool contains(std::uintptr_t p) const noexcept { return p - base < range; }
+  [[nodiscard]] bool contains(std::uintptr_t p) const noexcept { return held && p - base < range; }
 
   static constexpr std::uint32_t no_match = UINT32_MAX;
 
@@ -158,7 +202,6 @@ struct plan {
       if (entries[cursor].matched != step) {
         entries[cursor].matched = step;
         ++off_plan;
-        if (entries[cursor].planned) history_exact = false;
       }
       ++cursor;
     }
@@ -181,11 +224,18 @@ struct plan {
     return false;
   }
 
+  /// A live block of an earlier step that the plan expects: one that wraps, from the step before.
+  [[nodiscard]] bool expected_carry(const plan_entry& e) const noexcept {
+    return e.serial == step || (e.wraps && e.serial + 1 == step);
+  }
+
   /// True when no live block can overlap entry i, proven in O(1) amortized: in a step whose
-  /// matches all came in plan order, with no block of an earlier step live, the live blocks are
-  /// entries before i; each one the plan frees at or before i's allocation has been seen freed
-  /// (the cursor over free_order), so every live one outlives i's start, its lifetime overlaps
-  /// i's, and the placement put it elsewhere. False means "not proven" (check overlaps_live).
+  /// matches all came in plan order, with no block of an earlier step live but the wrapping
+  /// ones of the step before, the live blocks are entries before i and those; each one the
+  /// plan frees at or before i's allocation has been seen freed (the cursor over free_order,
+  /// which passes a wrapping entry's free before its own allocation in the step), so every
+  /// live one outlives i's start, its lifetime overlaps i's, and the placement put it
+  /// elsewhere. False means "not proven" (check overlaps_live).
   [[nodiscard]] bool planned_frees_done(std::uint32_t i) noexcept {
     if (carried != 0 || !in_order_step) return false;
     for (; free_cursor < entries[i].frees_before; ++free_cursor)
@@ -205,7 +255,7 @@ struct plan {
   void mark_free(std::uint32_t i) noexcept {
     plan_entry& e = entries[i];
     e.live = false;
-    if (e.serial != step) --carried;
+    if (!expected_carry(e)) --carried;
     live[e.live_at] = live.back();
     entries[live.back()].live_at = e.live_at;
     live.pop_back();
@@ -214,46 +264,60 @@ struct plan {
   }
 };
 
-/// The blocks last at each planned entry's addresses when it is allocated, in a step that
-/// repeats the plan after a step that did: a painter's map of the range, painted twice over
-/// the step (the first pass leaves the state at the end of a step). O(n log n): each paint
-/// adds at most three segments, and what it overlaps becomes the entry's preds.
-inline void find_preds(plan& p) {
-  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint32_t>> painted;  // start -> (end, entry)
-  auto paint = [&](std::uint32_t i, bool collect) {
-    const plan_entry& e = p.entries[i];
-    const std::uint64_t lo = e.offset, hi = e.offset + e.size;
-    auto it = painted.upper_bound(lo);
-    if (it != painted.begin()) --it;
-    std::vector<std::pair<std::uint64_t, std::pair<std::uint64_t, std::uint32_t>>> kept;  // pieces outside [lo, hi)
-    while (it != painted.end() && it->first < hi) {
-      auto [start, seg] = *it;
-      auto [end, owner] = seg;
-      if (end <= lo) {
-        ++it;
-        continue;
-      }
-      if (collect && std::find(p.preds.begin() + p.entries[i].preds_begin, p.preds.end(), owner) == p.preds.end())
-        p.preds.push_back(owner);
-      if (start < lo) kept.push_back({start, {lo, owner}});
-      if (end > hi) kept.push_back({hi, {end, owner}});
-      it = painted.erase(it);
-    }
-    for (auto& k : kept) painted.insert(k);
-    painted.insert({lo, {hi, i}});
-  };
-  for (std::uint32_t i = 0; i < p.entries.size(); ++i)
-    if (p.entries[i].planned) paint(i, false);
-  for (std::uint32_t i = 0; i < p.entries.size(); ++i) {
-    plan_entry& e = p.entries[i];
-    e.preds_begin = static_cast<std::uint32_t>(p.preds.size());
-    if (e.planned) paint(i, true);
-    e.preds_end = static_cast<std::uint32_t>(p.preds.size());
+/// Where the first served step takes the range: between the last free of the recording's
+/// leftovers (they are online blocks until then) and the first wrapping allocation (which
+/// must be in the range), at the tick where the fewest planned bytes are live. The blocks
+/// allocated online before it and live after it are held twice (online, and their place in
+/// the range): taken there, that is least. 0 where nothing wraps.
+inline std::uint32_t take_tick(const plan& p) {
+  std::uint32_t first = 0, last = UINT32_MAX;
+  for (const plan_entry& e : p.entries) {
+    if (!e.planned || !e.wraps) continue;
+    first = std::max(first, e.freed);
+    last = std::min(last, e.allocated);
   }
+  if (last == UINT32_MAX) return 0;
+  std::vector<std::pair<std::uint32_t, std::int64_t>> changes;  // of the blocks inside the step
+  for (const plan_entry& e : p.entries) {
+    if (!e.planned || e.wraps) continue;
+    changes.emplace_back(e.allocated, static_cast<std::int64_t>(e.size));
+    changes.emplace_back(e.freed, -static_cast<std::int64_t>(e.size));
+  }
+  std::sort(changes.begin(), changes.end());  // at one tick, frees first
+  std::int64_t live = 0, least = INT64_MAX;
+  std::uint32_t best = first;
+  for (std::size_t i = 0; i < changes.size(); ++i) {
+    live += changes[i].second;
+    const std::uint32_t next = i + 1 < changes.size() ? changes[i + 1].first : UINT32_MAX;
+    if (next == changes[i].first) continue;  // the tick's changes are not all in yet
+    // live holds during (changes[i].first, next]: a take at any tick there sees it.
+    const std::uint32_t from = std::max(first, changes[i].first + 1), to = std::min(last, next);
+    if (from <= to && live < least) {
+      least = live;
+      best = from;
+    }
+  }
+  if (least == INT64_MAX) best = first;  // no block inside the step between them
+  return best;
 }
 
-/// Builds the plan of a recorded step: its allocations in order, those freed inside the step
-/// placed by place() within `budget`. `quantum`: the online pool's block rounding.
+/// The peak of live bytes of the blocks inside the step before `tick`.
+inline std::uint64_t peak_before(const plan& p, std::uint32_t tick) {
+  std::vector<std::pair<std::uint32_t, std::int64_t>> changes;
+  for (const plan_entry& e : p.entries) {
+    if (!e.planned || e.wraps || e.allocated >= tick) continue;
+    changes.emplace_back(e.allocated, static_cast<std::int64_t>(e.size));
+    if (e.freed < tick) changes.emplace_back(e.freed, -static_cast<std::int64_t>(e.size));
+  }
+  std::sort(changes.begin(), changes.end());
+  std::int64_t live = 0, peak = 0;
+  for (const auto& [t, delta] : changes) peak = std::max(peak, live += delta);
+  return static_cast<std::uint64_t>(peak);
+}
+
+/// Builds the plan of a recorded step: its allocations in order, those freed inside the step or
+/// in the next one (wrapping) placed by place() within `budget`. `quantum`: the online pool's
+/// block rounding.
 inline plan make_plan(const std::vector<recorded_allocation>& step, std::size_t quantum,
                       std::chrono::nanoseconds budget) {
   auto start = std::chrono::steady_clock::now();
@@ -269,10 +333,11 @@ inline plan make_plan(const std::vector<recorded_allocation>& step, std::size_t 
     e.align = r.align;
     e.allocated = r.allocated;
     e.freed = r.freed;
+    e.wraps = r.wraps;
     e.planned = r.freed != no_tick && r.align <= quantum && r.requested != 0;
     if (e.planned) {
       planned.push_back(static_cast<std::uint32_t>(p.entries.size()));
-      blocks.push_back({e.size, r.allocated, r.freed});
+      blocks.push_back({e.size, r.allocated, r.freed, r.wraps});
     }
     p.entries.push_back(e);
   }
@@ -296,7 +361,24 @@ inline plan make_plan(const std::vector<recorded_allocation>& step, std::size_t 
   p.lower_bound = where.lower_bound;
   p.planned_entries = planned.size();
   p.orders_tried = where.orders_tried;
-  find_preds(p);
+  // The atoms: the range cut at every planned block's edges.
+  std::vector<std::uint64_t> edges;
+  for (std::uint32_t i : planned) {
+    edges.push_back(p.entries[i].offset);
+    edges.push_back(p.entries[i].offset + p.entries[i].size);
+  }
+  std::sort(edges.begin(), edges.end());
+  edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+  auto atom = [&](std::uint64_t at) {
+    return static_cast<std::uint32_t>(std::lower_bound(edges.begin(), edges.end(), at) - edges.begin());
+  };
+  for (std::uint32_t i : planned) {
+    p.entries[i].atom_lo = atom(p.entries[i].offset);
+    p.entries[i].atom_hi = atom(p.entries[i].offset + p.entries[i].size);
+  }
+  p.freers.reset(edges.empty() ? 0 : edges.size() - 1);
+  p.take_at = take_tick(p);
+  p.peak_before_take = peak_before(p, p.take_at);
   p.planning_time = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
   return p;
 }
