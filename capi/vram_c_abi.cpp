@@ -43,6 +43,7 @@
 #include <vram/adaptor/tracker_adaptor.hpp>
 #include <vram/core/bytes.hpp>
 #include <vram/alloc/budget_slab.hpp>
+#include <vram/alloc/planned_pool.hpp>
 #include <vram/alloc/stream_pool.hpp>
 #include <vram/core/event.hpp>
 #include <vram/core/resource_ref.hpp>
@@ -80,6 +81,7 @@ enum class allocator_kind { pool, slab, direct };
 struct config {
   backend_kind backend = backend_kind::host;
   allocator_kind allocator = allocator_kind::pool;
+  bool plan = false;              // VRAM_PLAN=1: the pool is a planned_pool, driven by vram_mark_step
   std::size_t pool_initial = 0;
   std::size_t pool_max = 0;
   std::size_t pool_step = 0;
@@ -152,6 +154,13 @@ config read_config() {
   if (const char* v = env("VRAM_LEDGER_TENANT")) c.ledger_tenant = v;
   if (c.ledger.empty() != c.ledger_tenant.empty())
     detail::throw_invalid_argument("vram_c", "VRAM_LEDGER and VRAM_LEDGER_TENANT go together");
+  if (const char* v = env("VRAM_PLAN")) {
+    std::string s(v);
+    if (s != "0" && s != "1") detail::throw_invalid_argument("vram_c", "VRAM_PLAN must be 0 or 1");
+    c.plan = s == "1";
+  }
+  if (c.plan && c.allocator != allocator_kind::pool)
+    detail::throw_invalid_argument("vram_c", "VRAM_PLAN=1 plans the pool: it needs VRAM_ALLOCATOR=pool");
   if (c.allocator == allocator_kind::slab && c.device_budget == 0)
     detail::throw_invalid_argument("vram_c", "VRAM_ALLOCATOR=slab needs VRAM_DEVICE_BUDGET");
   return c;
@@ -197,6 +206,8 @@ struct core {
   resource_ref<> ref;
   std::function<std::size_t()> release;
   std::function<vram::stats()> stats;
+  std::function<plan_summary()> mark_step;  // planned_pool's; empty for the others
+  std::function<plan_summary()> plan;
 };
 
 template <class R, class... Args>
@@ -208,17 +219,21 @@ core make_core(Args&&... args) {
   else c.release = [] { return std::size_t{0}; };
   if constexpr (has_stats<R>) c.stats = [p] { return p->stats(); };
   else c.stats = [] { return vram::stats{}; };
+  if constexpr (requires { p->summary(); }) {
+    c.mark_step = [p] { return p->mark_step(); };
+    c.plan = [p] { return p->summary(); };
+  }
   return c;
 }
 
 template <class Source, class Spill>
 core make_allocator(const config& cfg, Source source, Spill spill) {
   switch (cfg.allocator) {
-    case allocator_kind::pool:
-      return make_core<stream_pool<Source>>(
-          std::move(source), stream_pool_options{.initial_size = cfg.pool_initial,
-                                                 .maximum_size = cfg.pool_max,
-                                                 .growth_step = cfg.pool_step});
+    case allocator_kind::pool: {
+      stream_pool_options pool{.initial_size = cfg.pool_initial, .maximum_size = cfg.pool_max, .growth_step = cfg.pool_step};
+      if (cfg.plan) return make_core<planned_pool<Source>>(std::move(source), planned_pool_options{.online = pool});
+      return make_core<stream_pool<Source>>(std::move(source), pool);
+    }
     case allocator_kind::slab:
       return make_core<budget_slab<Source, Spill>>(std::move(source), std::move(spill),
                                                    budget_slab_options{.device_budget = cfg.device_budget});
@@ -303,6 +318,8 @@ struct device_state {
     static constexpr const char* names[3][3] = {{"host/pool", "host/slab", "host/direct"},
                                                 {"simulated/pool", "simulated/slab", "simulated/direct"},
                                                 {"cuda/pool", "cuda/slab", "cuda/direct"}};
+    static constexpr const char* planned[3] = {"host/pool+plan", "simulated/pool+plan", "cuda/pool+plan"};
+    if (cfg.plan) return planned[static_cast<int>(cfg.backend)];
     return names[static_cast<int>(cfg.backend)][static_cast<int>(cfg.allocator)];
   }
 
@@ -640,6 +657,28 @@ VRAM_C_API int vram_stats(int device, vram_stats_t* out) {
   });
 }
 
+VRAM_C_API int vram_plan_stats(int device, vram_plan_stats_t* out) {
+  return guarded([&] {
+    if (out == nullptr) detail::throw_invalid_argument("vram_c", "vram_plan_stats: out is NULL");
+    device_state* d = existing(device);
+    if (d == nullptr) detail::throw_invalid_argument("vram_c", "vram_plan_stats: device has no allocator yet");
+    *out = vram_plan_stats_t{};
+    if (!d->base.plan) return 0;  // not planned: enabled stays 0
+    plan_summary s = d->base.plan();
+    out->enabled = 1;
+    out->phase = static_cast<int>(s.now);
+    out->plans_made = s.plans_made;
+    out->plans_refused = s.plans_refused;
+    out->steps_served = s.steps_served;
+    out->last_step_planned = s.last_step_planned;
+    out->last_step_off_plan = s.last_step_off_plan;
+    out->entries = s.entries;
+    out->planned_entries = s.planned_entries;
+    out->range_bytes = static_cast<size_t>(s.range_bytes);
+    return 0;
+  });
+}
+
 VRAM_C_API int vram_snapshot(const char* path) {
   return guarded([&] {
     if (path == nullptr || *path == '\0') detail::throw_invalid_argument("vram_c", "vram_snapshot: no path");
@@ -660,6 +699,7 @@ VRAM_C_API int vram_mark_step(void) {
     int leaks = 0;
     for (int i = 0; i < max_devices; ++i)
       if (device_state* d = existing(i)) {
+        if (d->base.mark_step) (void)d->base.mark_step();  // VRAM_PLAN=1: the step boundary drives the plan
         (void)d->top.mark_step();
         leaks += static_cast<int>(d->top.leaks().size());
       }

@@ -74,6 +74,20 @@ typedef struct vram_stats_t {
   double fragmentation;       /* 1 - largest_free / free_bytes */
 } vram_stats_t;
 
+/* Where a planned pool stands (VRAM_PLAN=1; see vram::plan_summary and docs/planned_pool.md). */
+typedef struct vram_plan_stats_t {
+  int enabled;                /* 1 when the device's pool is planned (VRAM_PLAN=1), else 0 and the rest 0 */
+  int phase;                  /* 0: before the first vram_mark_step, 1: recording a step, 2: serving from a plan */
+  size_t plans_made;
+  size_t plans_refused;       /* plans whose range the device could not hold */
+  size_t steps_served;        /* steps closed while serving from a plan */
+  size_t last_step_planned;   /* allocations of the last served step at their planned place */
+  size_t last_step_off_plan;  /* requests of the last served step served online (off the plan) */
+  size_t entries;             /* allocations of the recorded step */
+  size_t planned_entries;     /* those placed in the plan's range */
+  size_t range_bytes;         /* the plan's range */
+} vram_plan_stats_t;
+
 /* ---- PyTorch CUDAPluggableAllocator -------------------------------------------------- */
 
 /* Allocates `size` bytes on `device`, ordered on `stream`. NULL when it cannot (and for 0). */
@@ -102,13 +116,17 @@ VRAM_C_API void vram_cupy_free(void* param, void* ptr, int device);
 
 /* Fills `out` for `device`; 0 on success, -1 when the device has no allocator yet or on error. */
 VRAM_C_API int vram_stats(int device, vram_stats_t* out);
+/* Fills `out` with where `device`'s planned pool stands; 0 on success (enabled = 0 when the
+ * pool is not planned), -1 when the device has no allocator yet or on error. */
+VRAM_C_API int vram_plan_stats(int device, vram_plan_stats_t* out);
 /* Writes who holds memory on every device in use. The format follows the extension:
  * .pickle (PyTorch memory snapshot, for pytorch.org/memory_viz), .json, .csv (RMM log),
  * anything else a text report. Device d > 0 writes to `path` with ".dev<d>" before the
  * extension. 0 on success, -1 on error. */
 VRAM_C_API int vram_snapshot(const char* path);
-/* Marks the end of a step (a training or serving iteration) on every device in use: a
- * summary of the step, and leak detection (a tenant or tag whose live bytes reach a new high
+/* Marks the end of a step (a training or serving iteration) on every device in use: with
+ * VRAM_PLAN=1 the planned pool's boundary (the first mark starts a recording, the second
+ * plans it, later ones close a served step), a summary of the step, and leak detection (a tenant or tag whose live bytes reach a new high
  * at 8 consecutive marks, by 1 MiB or more; vram_snapshot's text report names them). Returns
  * the number of suspected leaks, or -1 on error. */
 VRAM_C_API int vram_mark_step(void);

@@ -103,6 +103,58 @@ class VramTest(unittest.TestCase):
         cupy_hook = importlib.import_module("vram.cupy")
         self.assertTrue(callable(torch_hook.use) and callable(cupy_hook.use))
 
+    def test_a_training_loop_with_the_plan_on_is_served_from_the_plan(self):
+        vram.shutdown()
+        vram.enable_plan()
+        try:
+            vram.init(0)
+            self.assertEqual(vram.describe(0), "host/pool+plan")
+            self.assertEqual(vram.plan_stats(0)["phase"], "online")
+            weights = self.malloc(1 << 20)
+            grads = []
+            for step in range(5):
+                vram.mark_step()
+                for g in grads:  # zero_grad(set_to_none=True): last step's gradients go
+                    self.free(g, 256 << 10)
+                acts = [self.malloc((64 << 10) + 512 * i) for i in range(6)]  # forward
+                grads = []
+                for i in reversed(range(6)):  # backward: activations go, gradients come
+                    self.free(acts[i], (64 << 10) + 512 * i)
+                    grads.append(self.malloc(256 << 10))
+                tmp = self.malloc(128 << 10)  # the optimizer's temporary
+                self.free(tmp, 128 << 10)
+            plan = vram.plan_stats(0)
+            self.assertTrue(plan["enabled"])
+            self.assertEqual(plan["phase"], "serving")
+            self.assertEqual(plan["plans_made"], 2)  # the first step frees no gradients: recorded again
+            vram.mark_step()
+            plan = vram.plan_stats(0)
+            # Every allocation of the last step from the plan, the gradients across the boundary too.
+            self.assertEqual(plan["last_step_planned"], 13)
+            self.assertEqual(plan["last_step_off_plan"], 0)
+            self.assertEqual(plan["planned_entries"], 13)
+            for g in grads:
+                self.free(g, 256 << 10)
+            self.free(weights, 1 << 20)
+            self.assertEqual(vram.stats(0)["live_bytes"], 0)
+            self.assertEqual(vram.stats(0)["misuses"], 0)
+        finally:
+            os.environ.pop("VRAM_PLAN")
+            vram.shutdown()
+
+    def test_a_bad_plan_setting_is_refused(self):
+        vram.shutdown()
+        for value, allocator in (("yes", "pool"), ("1", "slab"), (" 1", "pool")):
+            os.environ["VRAM_PLAN"], os.environ["VRAM_ALLOCATOR"] = value, allocator
+            try:
+                with self.assertRaises(vram.VramError) as e:
+                    vram.init(0)
+                self.assertIn("VRAM_PLAN", str(e.exception))
+            finally:
+                os.environ.pop("VRAM_PLAN")
+                os.environ["VRAM_ALLOCATOR"] = "pool"
+                vram.shutdown()
+
 
 if __name__ == "__main__":
     unittest.main()

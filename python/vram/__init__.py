@@ -10,7 +10,8 @@ import sys
 
 __all__ = [
     "VramError", "load", "library_path", "stats", "snapshot", "set_tenant", "set_tenant_quota",
-    "tenant_usage", "mark_step", "empty_cache", "set_memory_fraction", "describe", "init", "shutdown",
+    "tenant_usage", "mark_step", "plan_stats", "empty_cache", "set_memory_fraction", "describe", "init",
+    "shutdown", "enable_plan",
 ]
 
 
@@ -24,6 +25,16 @@ class _Stats(ctypes.Structure):
         "live_bytes", "peak_live_bytes", "reserved_bytes", "peak_reserved_bytes", "live_allocations",
         "total_allocations", "total_deallocations", "free_bytes", "largest_free_block", "upstream_allocations",
         "ooms", "spills", "spilled_bytes", "limit_bytes", "misuses")] + [("fragmentation", ctypes.c_double)]
+
+
+class _PlanStats(ctypes.Structure):
+    # vram_plan_stats_t, field for field (include/vram/vram_c.h).
+    _fields_ = [("enabled", ctypes.c_int), ("phase", ctypes.c_int)] + [(name, ctypes.c_size_t) for name in (
+        "plans_made", "plans_refused", "steps_served", "last_step_planned", "last_step_off_plan", "entries",
+        "planned_entries", "range_bytes")]
+
+
+_PHASES = ("online", "recording", "serving")
 
 
 # The names torch.cuda.memory_stats() uses, for the figures that mean the same thing there.
@@ -93,6 +104,7 @@ def _declare(lib):
     lib.vram_describe.argtypes, lib.vram_describe.restype = [c.c_int], c.c_char_p
     lib.vram_shutdown.argtypes, lib.vram_shutdown.restype = [], None
     lib.vram_mark_step.argtypes, lib.vram_mark_step.restype = [], c.c_int
+    lib.vram_plan_stats.argtypes, lib.vram_plan_stats.restype = [c.c_int, c.POINTER(_PlanStats)], c.c_int
 
 
 def _c():
@@ -146,10 +158,31 @@ def tenant_usage(name, device=0):
 
 def mark_step():
     """Marks the end of a training or serving step on every device; returns the number of
-    tenants and tags suspected of leaking (live bytes at a new high at 8 consecutive marks)."""
+    tenants and tags suspected of leaking (live bytes at a new high at 8 consecutive marks).
+    With the plan on (enable_plan(), VRAM_PLAN=1), it also drives the planned pool: the first
+    mark starts recording a step, the second plans it, the later ones close served steps."""
     n = _c().vram_mark_step()
     _check(0 if n >= 0 else -1, "vram_mark_step()")
     return n
+
+
+def enable_plan():
+    """Makes the pools of devices created from now on planned (VRAM_PLAN=1): call it before
+    the first allocation, then mark_step() at every iteration (docs/planned_pool.md)."""
+    os.environ["VRAM_PLAN"] = "1"
+
+
+def plan_stats(device=0):
+    """Where `device`'s planned pool stands, as a dict: enabled (False unless VRAM_PLAN=1),
+    phase ("online", "recording", "serving"), plans_made, plans_refused, steps_served,
+    last_step_planned and last_step_off_plan (allocations of the last served step from the
+    plan and off it), entries and planned_entries (of the recorded step), range_bytes."""
+    s = _PlanStats()
+    _check(_c().vram_plan_stats(device, ctypes.byref(s)), f"vram_plan_stats({device})")
+    out = {name: getattr(s, name) for name, _ in _PlanStats._fields_}
+    out["enabled"] = bool(out["enabled"])
+    out["phase"] = _PHASES[out["phase"]]
+    return out
 
 
 def empty_cache():

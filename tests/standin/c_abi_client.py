@@ -9,6 +9,9 @@ cupy.cuda.memory.CFunctionAllocator calls `malloc(param, size, device)` and
 PyTorch snapshot back through the C API and checks the stand-in for host-blocking calls and
 leaks.
 
+Then it runs a training loop with the plan on (VRAM_PLAN=1): mark_step drives the planned
+pool, gradients cross the step boundary, and the last step is served from the plan.
+
 Then it joins a quota ledger as a PyTorch process would, by setting VRAM_LEDGER and
 VRAM_LEDGER_TENANT: the ledger (made with vram-quota) charges what the pool holds from the
 (stand-in) device, refuses past the tenant's limit, and is given back at shutdown.
@@ -130,6 +133,69 @@ with tempfile.TemporaryDirectory() as d:
 
 vram.empty_cache()
 vram.shutdown()
+
+# ---- the planned pool, driven by mark_step as a PyTorch training loop would --------------
+
+
+marks_blocked = 0
+
+
+def mark_step_blocking():
+    """vram.mark_step(), counting its host-blocking calls apart: a mark may wait (a plan's range
+    given back at a mark is ordered after every stream that used it), malloc and free never."""
+    global marks_blocked
+    before = cuda.vram_standin_blocking_calls()
+    vram.mark_step()
+    marks_blocked += cuda.vram_standin_blocking_calls() - before
+
+
+def training_loop(steps, compute, side):
+    """zero_grad frees last step's gradients; forward on `compute` with temporaries on `side`;
+    backward frees the activations and makes the gradients, which cross into the next step."""
+    grads = []
+    for step in range(steps):
+        mark_step_blocking()
+        for p, size in grads:
+            c.vram_free(p, size, 0, compute)
+        acts = []
+        for layer in range(4):
+            tmp = c.vram_malloc(1 << 20, 0, side)
+            check(bool(tmp) and cuda.cudaMemsetAsync(tmp, layer, 1 << 20, side) == 0, "a temporary on the side stream")
+            c.vram_free(tmp, 1 << 20, 0, side)
+            a = c.vram_malloc((2 << 20) + 4096 * layer, 0, compute)
+            check(bool(a) and cuda.cudaMemsetAsync(a, layer, 2 << 20, compute) == 0, "an activation on the compute stream")
+            acts.append((a, (2 << 20) + 4096 * layer))
+        grads = []
+        for a, size in reversed(acts):
+            c.vram_free(a, size, 0, compute)
+            g = c.vram_malloc(1 << 19, 0, compute)
+            check(bool(g), "a gradient")
+            grads.append((g, 1 << 19))
+    return grads
+
+
+os.environ["VRAM_PLAN"] = "1"
+try:
+    vram.init(0)
+    check(vram.describe(0) == "cuda/pool+plan", "the plan is on: " + vram.describe(0))
+    blocking_before = cuda.vram_standin_blocking_calls()
+    grads = training_loop(6, streams[0], streams[1])
+    mark_step_blocking()
+    plan = vram.plan_stats(0)
+    check(plan["enabled"] and plan["phase"] == "serving", f"serving from a plan: {plan}")
+    check(plan["last_step_planned"] == 12 and plan["last_step_off_plan"] == 0,
+          f"every allocation of the last step from the plan, gradients included: {plan}")
+    blocked = cuda.vram_standin_blocking_calls() - blocking_before - marks_blocked
+    check(blocked == 0, f"{blocked} host-blocking CUDA calls in malloc and free of the planned loop")
+    for p, size in grads:
+        c.vram_free(p, size, 0, streams[0])
+    for s in streams[:2]:
+        check(cuda.cudaStreamSynchronize(s) == 0, "cudaStreamSynchronize")
+    check(vram.stats(0)["live_bytes"] == 0, "the planned loop frees everything")
+    check(vram.stats(0)["misuses"] == 0, "no misuse in the planned loop")
+finally:
+    os.environ.pop("VRAM_PLAN")
+    vram.shutdown()
 
 # ---- a quota ledger, joined by two variables ----------------------------------------------
 quota = sys.argv[3] if len(sys.argv) > 3 else None  # absent where the tools are not built
