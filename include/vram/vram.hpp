@@ -15,6 +15,7 @@
 #include <vram/core/host_stream.hpp>
 #include <vram/core/observer.hpp>
 #include <vram/core/observers.hpp>
+#include <vram/core/parse.hpp>
 #include <vram/core/properties.hpp>
 #include <vram/core/ref.hpp>
 #include <vram/core/resource_ref.hpp>
