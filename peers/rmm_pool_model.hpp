@@ -40,7 +40,7 @@
 #include <vram/core/error_handler.hpp>
 #include <vram/core/stats.hpp>
 #include <vram/core/stream_ref.hpp>
-#include <vram/detail/throw.hpp>
+#include <vram/core/throw.hpp>
 
 namespace vram::peers {
 

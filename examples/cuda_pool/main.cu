@@ -6,7 +6,7 @@
 
 #include <vram/alloc/stream_pool.hpp>
 #include <vram/core/event.hpp>
-#include <vram/detail/throw.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/source/cuda_device_source.hpp>
 
 __global__ void scale(float* x, std::size_t n, float by) {

@@ -12,7 +12,7 @@
 
 #include <vram/alloc/stream_pool.hpp>
 #include <vram/core/event.hpp>
-#include <vram/detail/throw.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/interop/thrust.hpp>
 #include <vram/source/cuda_device_source.hpp>
 

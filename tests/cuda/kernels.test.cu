@@ -5,7 +5,7 @@
 #include <vector>
 
 #include <vram/core/event.hpp>
-#include <vram/detail/throw.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/source/cuda_async_source.hpp>
 #include <vram/source/cuda_device_source.hpp>
 #include <vram/source/cuda_pinned_source.hpp>

@@ -15,7 +15,7 @@
 #include <vram/core/alignment.hpp>
 #include <vram/core/concepts.hpp>
 #include <vram/core/properties.hpp>
-#include <vram/detail/throw.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/source/host_source.hpp>  // for the static_assert below
 
 namespace vram {

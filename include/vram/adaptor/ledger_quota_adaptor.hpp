@@ -19,9 +19,9 @@
 
 #include <vram/core/observer.hpp>
 #include <vram/core/tenant_id.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/adaptor/quota_adaptor.hpp>
 #include <vram/adaptor/quota_ledger.hpp>
-#include <vram/detail/throw.hpp>
 
 namespace vram {
 

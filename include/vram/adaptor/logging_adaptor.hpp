@@ -16,9 +16,9 @@
 #include <vram/core/concepts.hpp>
 #include <vram/core/error.hpp>
 #include <vram/core/tenant.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/adaptor/detail/adaptor_base.hpp>
 #include <vram/trace/detail/rmm_csv.hpp>
-#include <vram/detail/throw.hpp>
 #include <vram/adaptor/detail/tracker/records.hpp>
 
 namespace vram {

@@ -20,10 +20,10 @@
 #include <vram/core/error_handler.hpp>
 #include <vram/core/observer.hpp>
 #include <vram/core/tenant.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/adaptor/detail/adaptor_base.hpp>
 #include <vram/adaptor/detail/pointer_map.hpp>
 #include <vram/adaptor/detail/quota_book.hpp>
-#include <vram/detail/throw.hpp>
 
 namespace vram {
 

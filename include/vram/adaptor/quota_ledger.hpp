@@ -22,15 +22,15 @@
 #include <vector>
 
 #include <vram/core/error.hpp>
+#include <vram/core/names.hpp>
 #include <vram/core/tenant_id.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/adaptor/detail/charge_result.hpp>
 #include <vram/adaptor/detail/ledger/files.hpp>
 #include <vram/adaptor/detail/ledger/layout.hpp>
 #include <vram/adaptor/detail/ledger/slot_lock.hpp>
 #include <vram/adaptor/detail/ledger/system.hpp>
 #include <vram/adaptor/detail/ledger/tenant_tree.hpp>
-#include <vram/detail/names.hpp>
-#include <vram/detail/throw.hpp>
 
 namespace vram {
 

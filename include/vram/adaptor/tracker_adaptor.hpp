@@ -24,8 +24,8 @@
 #include <vram/core/event.hpp>
 #include <vram/core/tag_scope.hpp>
 #include <vram/core/tenant.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/adaptor/detail/adaptor_base.hpp>
-#include <vram/detail/throw.hpp>
 #include <vram/adaptor/detail/tracker/export.hpp>
 #include <vram/adaptor/detail/tracker/records.hpp>
 #include <vram/adaptor/detail/tracker/state.hpp>

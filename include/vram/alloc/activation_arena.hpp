@@ -19,8 +19,8 @@
 #include <vram/core/observer.hpp>
 #include <vram/core/properties.hpp>
 #include <vram/core/stats.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/alloc/detail/activation_arena/chunk.hpp>
-#include <vram/detail/throw.hpp>
 #include <vram/source/host_source.hpp>
 
 namespace vram {

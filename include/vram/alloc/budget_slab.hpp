@@ -23,9 +23,9 @@
 #include <vram/core/event.hpp>
 #include <vram/core/observer.hpp>
 #include <vram/core/stats.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/alloc/detail/budget_slab/pages.hpp>
 #include <vram/alloc/detail/budget_slab/thread_cache.hpp>
-#include <vram/detail/throw.hpp>
 #include <vram/source/host_source.hpp>
 #if VRAM_HAS_CUDA
 #  include <vram/source/cuda_pinned_source.hpp>

@@ -20,6 +20,7 @@
 #include <vram/core/properties.hpp>
 #include <vram/core/stats.hpp>
 #include <vram/core/stream_ref.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/alloc/stream_pool_options.hpp>
 #include <vram/alloc/detail/stream_pool/check.hpp>
 #include <vram/alloc/detail/stream_pool/heap.hpp>
@@ -28,7 +29,6 @@
 #include <vram/alloc/detail/stream_pool/size_classes.hpp>
 #include <vram/alloc/detail/stream_pool/stranding.hpp>
 #include <vram/alloc/detail/stream_pool/stream_marker.hpp>
-#include <vram/detail/throw.hpp>
 #include <vram/source/host_source.hpp>  // for the static_assert below
 
 namespace vram {

@@ -10,7 +10,7 @@
 //   std::invalid_argument <- vram::invalid_argument  (bad alignment, absurd size, ...)
 //                              <- vram::wrong_device      (a device's resource used on another device)
 //
-// Every one is thrown through vram/detail/throw.hpp; none allocates on the out-of-memory path.
+// Every one is thrown through vram/core/throw.hpp; none allocates on the out-of-memory path.
 // What an out_of_memory learns on its way up (the streams that stranded memory, who held the
 // memory) lives in fixed arrays inside it, so it refers to nothing that may die before it.
 

@@ -11,7 +11,7 @@
 #include <vram/core/config.hpp>
 #include <vram/core/host_stream.hpp>
 #include <vram/core/stream_ref.hpp>
-#include <vram/detail/throw.hpp>
+#include <vram/core/throw.hpp>
 
 namespace vram {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include <vram/detail/throw.hpp>
+#include <vram/core/throw.hpp>
 
 namespace vram::detail {
 

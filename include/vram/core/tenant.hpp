@@ -18,9 +18,9 @@
 #include <mutex>
 #include <string_view>
 
+#include <vram/core/names.hpp>
 #include <vram/core/tenant_id.hpp>
-#include <vram/detail/names.hpp>
-#include <vram/detail/throw.hpp>
+#include <vram/core/throw.hpp>
 
 namespace vram {
 

@@ -1,6 +1,8 @@
 #pragma once
 // The one place vram throws from (STYLE rule 7). Every function is [[noreturn]] and
-// cold, so the hot paths that call them stay small.
+// cold, so the hot paths that call them stay small. It sits in core because core throws
+// (events, tenant scopes) and core includes nothing above itself; the functions keep
+// namespace vram::detail, being no part of the API.
 
 #include <cstddef>
 #include <string>

@@ -3,7 +3,7 @@
 
 #include <vram/core/config.hpp>
 #include <vram/core/error_handler.hpp>
-#include <vram/detail/throw.hpp>
+#include <vram/core/throw.hpp>
 
 #if VRAM_HAS_CUDA
 namespace vram::detail {

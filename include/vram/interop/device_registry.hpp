@@ -13,8 +13,7 @@
 #include <vram/core/config.hpp>
 #include <vram/core/properties.hpp>
 #include <vram/core/resource_ref.hpp>
-#include <vram/detail/throw.hpp>
-#include <vram/detail/throw.hpp>
+#include <vram/core/throw.hpp>
 
 namespace vram {
 

@@ -15,7 +15,7 @@
 #include <vram/core/config.hpp>
 #include <vram/core/error_handler.hpp>
 #include <vram/core/event.hpp>
-#include <vram/detail/throw.hpp>
+#include <vram/core/throw.hpp>
 
 #if VRAM_HAS_CUDA
 #include <cuda.h>  // driver API types only: the functions are fetched at run time (no libcuda link)

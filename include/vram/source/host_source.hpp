@@ -11,7 +11,7 @@
 #include <vram/core/concepts.hpp>
 #include <vram/core/error_handler.hpp>
 #include <vram/core/event.hpp>
-#include <vram/detail/throw.hpp>
+#include <vram/core/throw.hpp>
 
 namespace vram {
 

@@ -15,7 +15,7 @@
 #include <vram/core/alignment.hpp>
 #include <vram/core/concepts.hpp>
 #include <vram/core/error_handler.hpp>
-#include <vram/detail/throw.hpp>
+#include <vram/core/throw.hpp>
 
 namespace vram {
 

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include <vram/detail/throw.hpp>
+#include <vram/core/throw.hpp>
 
 namespace vram::trace {
 

@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include <vram/detail/throw.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/trace/trace.hpp>
 
 namespace vram::trace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <vram/detail/throw.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/trace/detail/emitter.hpp>
 #include <vram/trace/model.hpp>
 #include <vram/trace/trace.hpp>

@@ -27,8 +27,8 @@
 #include <vector>
 
 #include <vram/core/tenant.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/adaptor/detail/charge_result.hpp>
-#include <vram/detail/throw.hpp>
 
 namespace vram::detail::adaptor {
 

@@ -14,9 +14,9 @@
 #include <type_traits>
 
 #include <vram/core/error.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/adaptor/detail/ledger/layout.hpp>
 #include <vram/adaptor/detail/ledger/system.hpp>
-#include <vram/detail/throw.hpp>
 
 namespace vram::detail::ledger {
 

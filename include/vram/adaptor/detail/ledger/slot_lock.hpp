@@ -28,8 +28,8 @@
 #include <string>
 
 #include <vram/core/error.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/adaptor/detail/ledger/system.hpp>
-#include <vram/detail/throw.hpp>
 
 namespace vram::detail::ledger {
 

@@ -20,7 +20,7 @@
 #include <utility>
 
 #include <vram/core/error.hpp>
-#include <vram/detail/throw.hpp>
+#include <vram/core/throw.hpp>
 
 namespace vram::detail::ledger {
 

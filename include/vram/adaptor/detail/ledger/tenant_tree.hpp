@@ -14,9 +14,9 @@
 #include <vector>
 
 #include <vram/core/error.hpp>
+#include <vram/core/names.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/adaptor/detail/ledger/layout.hpp>
-#include <vram/detail/names.hpp>
-#include <vram/detail/throw.hpp>
 
 namespace vram::detail::ledger {
 

@@ -23,7 +23,7 @@
 #include <vram/core/stream_ref.hpp>
 #include <vram/core/tag_scope.hpp>
 #include <vram/core/tenant.hpp>
-#include <vram/detail/throw.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/adaptor/detail/tracker/event_log.hpp>
 #include <vram/adaptor/detail/tracker/export.hpp>
 #include <vram/adaptor/detail/tracker/holders.hpp>
