@@ -42,6 +42,7 @@
 #include <vram/core/error.hpp>
 #include <vram/adaptor/tracker_adaptor.hpp>
 #include <vram/core/bytes.hpp>
+#include <vram/core/parse.hpp>
 #include <vram/alloc/budget_slab.hpp>
 #include <vram/alloc/planned_pool.hpp>
 #include <vram/alloc/stream_pool.hpp>
@@ -92,18 +93,42 @@ struct config {
   std::string ledger_tenant;      // the tenant path this process charges in it
   std::string event_log;          // the tracker's event log ("%d": the device id); empty: none
   int device_count = 8;           // host / simulated
+  // The caps as the environment gave them, for the out-of-memory they cause; empty: unset.
+  std::string pool_max_text, device_budget_text, tenant_quota_text;
 };
 
-const char* env(const char* name) noexcept {
-  const char* v = std::getenv(name);
+/// The value of `name`; null when it is unset. Set and empty is a value (refused where a
+/// number or a choice is meant).
+const char* env(const char* name) noexcept { return std::getenv(name); }
+
+/// A name, a path or a file: empty is the same as unset.
+const char* env_name(const char* name) noexcept {
+  const char* v = env(name);
   return v != nullptr && *v != '\0' ? v : nullptr;
 }
 
-/// A size (vram::parse_bytes). Throws invalid_argument, saying `name`, on anything else.
-std::size_t parse_size(const char* name, const char* text) {
-  std::optional<std::size_t> bytes = parse_bytes(text);
-  if (!bytes) detail::throw_invalid_argument("vram_c", name);
-  return *bytes;
+[[noreturn]] void refuse(const char* name, const char* text, const char* expected) {
+  detail::throw_invalid_argument("vram_c", refusal(name, text, expected).c_str());
+}
+
+/// A size (vram::parse_bytes), kept in `bytes` and as given in `text`; unchanged when unset.
+void env_size(const char* name, std::size_t& bytes, std::string* text = nullptr) {
+  const char* v = env(name);
+  if (v == nullptr) return;
+  std::optional<std::size_t> b = parse_bytes(v);
+  if (!b) refuse(name, v, size_grammar);
+  bytes = *b;
+  if (text != nullptr) *text = v;
+}
+
+/// The index of the value of `name` among `choices`; -1 when it is unset.
+template <std::size_t N>
+int env_choice(const char* name, const std::array<const char*, N>& choices, const char* expected) {
+  const char* v = env(name);
+  if (v == nullptr) return -1;
+  for (std::size_t i = 0; i < N; ++i)
+    if (std::strcmp(v, choices[i]) == 0) return static_cast<int>(i);
+  refuse(name, v, expected);
 }
 
 bool cuda_usable() noexcept {
@@ -122,43 +147,38 @@ bool cuda_usable() noexcept {
 config read_config() {
   config c;
   c.backend = cuda_usable() ? backend_kind::cuda : backend_kind::host;
-  if (const char* v = env("VRAM_BACKEND")) {
-    std::string s(v);
-    if (s == "host") c.backend = backend_kind::host;
-    else if (s == "simulated") c.backend = backend_kind::simulated;
-    else if (s == "cuda") {
+  switch (env_choice("VRAM_BACKEND", std::array{"host", "simulated", "cuda"}, "cuda, simulated or host")) {
+    case 0: c.backend = backend_kind::host; break;
+    case 1: c.backend = backend_kind::simulated; break;
+    case 2:
       if (!cuda_usable()) detail::throw_invalid_argument("vram_c", "VRAM_BACKEND=cuda but no usable CUDA device");
       c.backend = backend_kind::cuda;
-    } else detail::throw_invalid_argument("vram_c", "VRAM_BACKEND must be cuda, simulated or host");
+      break;
+    default: break;
   }
-  if (const char* v = env("VRAM_ALLOCATOR")) {
-    std::string s(v);
-    if (s == "pool") c.allocator = allocator_kind::pool;
-    else if (s == "slab") c.allocator = allocator_kind::slab;
-    else if (s == "direct") c.allocator = allocator_kind::direct;
-    else detail::throw_invalid_argument("vram_c", "VRAM_ALLOCATOR must be pool, slab or direct");
+  switch (env_choice("VRAM_ALLOCATOR", std::array{"pool", "slab", "direct"}, "pool, slab or direct")) {
+    case 0: c.allocator = allocator_kind::pool; break;
+    case 1: c.allocator = allocator_kind::slab; break;
+    case 2: c.allocator = allocator_kind::direct; break;
+    default: break;
   }
-  if (const char* v = env("VRAM_POOL_INITIAL")) c.pool_initial = parse_size("bad VRAM_POOL_INITIAL", v);
-  if (const char* v = env("VRAM_POOL_MAX")) c.pool_max = parse_size("bad VRAM_POOL_MAX", v);
-  if (const char* v = env("VRAM_POOL_STEP")) c.pool_step = parse_size("bad VRAM_POOL_STEP", v);
-  if (const char* v = env("VRAM_DEVICE_BUDGET")) c.device_budget = parse_size("bad VRAM_DEVICE_BUDGET", v);
-  if (const char* v = env("VRAM_TENANT")) c.tenant_name = v;
-  if (const char* v = env("VRAM_TENANT_QUOTA")) c.tenant_quota = parse_size("bad VRAM_TENANT_QUOTA", v);
+  env_size("VRAM_POOL_INITIAL", c.pool_initial);
+  env_size("VRAM_POOL_MAX", c.pool_max, &c.pool_max_text);
+  env_size("VRAM_POOL_STEP", c.pool_step);
+  env_size("VRAM_DEVICE_BUDGET", c.device_budget, &c.device_budget_text);
+  if (const char* v = env_name("VRAM_TENANT")) c.tenant_name = v;
+  env_size("VRAM_TENANT_QUOTA", c.tenant_quota, &c.tenant_quota_text);
   if (const char* v = env("VRAM_DEVICE_COUNT")) {
-    c.device_count = static_cast<int>(parse_size("bad VRAM_DEVICE_COUNT", v));
-    if (c.device_count < 1 || c.device_count > max_devices)
-      detail::throw_invalid_argument("vram_c", "VRAM_DEVICE_COUNT must be 1..64");
+    std::optional<std::uint64_t> n = parse_count(v);
+    if (!n || *n < 1 || *n > max_devices) refuse("VRAM_DEVICE_COUNT", v, "a whole decimal number of devices, 1 to 64");
+    c.device_count = static_cast<int>(*n);
   }
-  if (const char* v = env("VRAM_EVENT_LOG")) c.event_log = v;
-  if (const char* v = env("VRAM_LEDGER")) c.ledger = v;
-  if (const char* v = env("VRAM_LEDGER_TENANT")) c.ledger_tenant = v;
+  if (const char* v = env_name("VRAM_EVENT_LOG")) c.event_log = v;
+  if (const char* v = env_name("VRAM_LEDGER")) c.ledger = v;
+  if (const char* v = env_name("VRAM_LEDGER_TENANT")) c.ledger_tenant = v;
   if (c.ledger.empty() != c.ledger_tenant.empty())
     detail::throw_invalid_argument("vram_c", "VRAM_LEDGER and VRAM_LEDGER_TENANT go together");
-  if (const char* v = env("VRAM_PLAN")) {
-    std::string s(v);
-    if (s != "0" && s != "1") detail::throw_invalid_argument("vram_c", "VRAM_PLAN must be 0 or 1");
-    c.plan = s == "1";
-  }
+  c.plan = env_choice("VRAM_PLAN", std::array{"0", "1"}, "0 or 1") == 1;
   if (c.plan && c.allocator != allocator_kind::pool)
     detail::throw_invalid_argument("vram_c", "VRAM_PLAN=1 plans the pool: it needs VRAM_ALLOCATOR=pool");
   if (c.allocator == allocator_kind::slab && c.device_budget == 0)
@@ -431,6 +451,32 @@ std::string with_ledger(const device_state& d, const char* message, std::size_t 
   }
 }
 
+/// The variable that set the cap which refused `oom`, as the environment gave it: a line for
+/// its explanation; empty when no variable set what refused.
+std::string configured_cap(const device_state& d, const out_of_memory& oom) {
+  const config& c = d.cfg;
+  switch (oom.cause()) {
+    case out_of_memory::reason::capped:
+      if (!c.pool_max_text.empty()) return "\nthe pool's cap is VRAM_POOL_MAX=" + c.pool_max_text;
+      break;
+    case out_of_memory::reason::quota: {
+      const auto* q = dynamic_cast<const quota_exceeded*>(&oom);
+      if (q != nullptr && !c.tenant_quota_text.empty() && q->limited_tenant() == d.configured_tenant &&
+          q->limit() == c.tenant_quota)
+        return "\nthe tenant's hard limit is VRAM_TENANT_QUOTA=" + c.tenant_quota_text;
+      break;
+    }
+    case out_of_memory::reason::budgets:
+      if (!c.device_budget_text.empty()) return "\nthe device budget is VRAM_DEVICE_BUDGET=" + c.device_budget_text;
+      break;
+    default:
+      if (c.backend == backend_kind::simulated && c.allocator != allocator_kind::slab && !c.device_budget_text.empty())
+        return "\nthe simulated device's capacity is VRAM_DEVICE_BUDGET=" + c.device_budget_text;
+      break;
+  }
+  return {};
+}
+
 void* allocate(int device, std::size_t size, vram_stream_t stream) noexcept {
   if (size == 0) return nullptr;
   device_state* dp = nullptr;
@@ -446,7 +492,12 @@ void* allocate(int device, std::size_t size, vram_stream_t stream) noexcept {
   device_state& d = *dp;
   if (!d.charge(size)) {
     d.ooms.fetch_add(1, std::memory_order_relaxed);
-    fail("vram: over the memory fraction set with vram_set_memory_fraction");
+    char why[200];
+    std::snprintf(why, sizeof why,
+                  "vram: out of memory: %zu bytes requested, over the memory fraction set with "
+                  "vram_set_memory_fraction (a cap of %zu bytes, %zu charged)",
+                  size, d.limit.load(std::memory_order_relaxed), d.charged.load(std::memory_order_relaxed));
+    fail(why);
     return nullptr;
   }
   tenant_scope scope(thread_tenant_set ? thread_tenant : d.configured_tenant);
@@ -471,7 +522,9 @@ void* allocate(int device, std::size_t size, vram_stream_t stream) noexcept {
     try {  // vram's errors explain themselves: the cause, what would have served the request,
            // and who held the memory (the stack's tracker attached that on the way up)
       const auto* oom = dynamic_cast<const out_of_memory*>(&e);
-      fail(with_ledger(d, oom != nullptr ? oom->explain().c_str() : e.what(), size).c_str());
+      std::string why = with_ledger(d, oom != nullptr ? oom->explain().c_str() : e.what(), size);
+      if (oom != nullptr) why += configured_cap(d, *oom);
+      fail(why.c_str());
     } catch (...) {
       fail(e.what());
     }

@@ -18,6 +18,9 @@
 #include <vram/adaptor/quota_ledger.hpp>
 #include <vram/trace/read_trace.hpp>
 
+#include <vram/core/parse.hpp>
+
+#include "support/hostile_values.hpp"
 #include "support/scratch_ledger.hpp"
 
 #ifndef VRAM_C_LIBRARY
@@ -91,7 +94,7 @@ abi& lib() {
 void configure(std::initializer_list<std::pair<const char*, const char*>> vars) {
   for (const char* name : {"VRAM_BACKEND", "VRAM_ALLOCATOR", "VRAM_POOL_INITIAL", "VRAM_POOL_MAX", "VRAM_POOL_STEP",
                            "VRAM_DEVICE_BUDGET", "VRAM_TENANT", "VRAM_TENANT_QUOTA", "VRAM_DEVICE_COUNT",
-                           "VRAM_LEDGER", "VRAM_LEDGER_TENANT", "VRAM_EVENT_LOG"})
+                           "VRAM_LEDGER", "VRAM_LEDGER_TENANT", "VRAM_EVENT_LOG", "VRAM_PLAN"})
     unsetenv(name);
   for (auto [name, value] : vars) setenv(name, value, 1);
   lib().shutdown();
@@ -262,6 +265,55 @@ TEST_CASE("C ABI: bad configuration fails cleanly", "[interop][c_abi]") {
   vram_stats_t s;
   CHECK(a.stats(5, &s) == -1);  // never used
   CHECK(a.stats(0, nullptr) == -1);
+}
+
+TEST_CASE("C ABI: every variable refuses every hostile value, naming itself and the text as given",
+          "[interop][c_abi]") {
+  using vram::test::hostile_value;
+  std::vector<hostile_value> common(std::begin(vram::test::hostile_values), std::end(vram::test::hostile_values));
+  std::vector<hostile_value> sizes = common, counts = common, choices = common;
+  sizes.insert(sizes.end(), std::begin(vram::test::hostile_sizes), std::end(vram::test::hostile_sizes));
+  counts.insert(counts.end(), std::begin(vram::test::huge_counts), std::end(vram::test::huge_counts));
+  for (const char* beyond : {"0", "65", "1.9"}) counts.push_back({"out of 1..64", beyond});
+  for (const char* odd : {" host", "HOST", "host\n", "1 ", "yes"}) choices.push_back({"not a choice", odd});
+  const std::pair<const char*, const std::vector<hostile_value>*> variables[] = {
+      {"VRAM_POOL_INITIAL", &sizes}, {"VRAM_POOL_MAX", &sizes},     {"VRAM_POOL_STEP", &sizes},
+      {"VRAM_DEVICE_BUDGET", &sizes}, {"VRAM_TENANT_QUOTA", &sizes}, {"VRAM_DEVICE_COUNT", &counts},
+      {"VRAM_BACKEND", &choices},     {"VRAM_ALLOCATOR", &choices}, {"VRAM_PLAN", &choices}};
+  auto& a = lib();
+  for (auto [name, values] : variables)
+    for (const hostile_value& v : *values) {
+      const std::string text(v.text);
+      if (std::string_view(name) == "VRAM_BACKEND") configure({{name, text.c_str()}});
+      else configure({{"VRAM_BACKEND", "host"}, {name, text.c_str()}});
+      INFO(name << " = " << vram::quoted(text) << " (" << v.what << ")");
+      CHECK(a.init(0) == -1);
+      const std::string why = a.last_error();
+      INFO(why);
+      CHECK(why.find(std::string("bad ") + name + " " + vram::quoted(text) + ": ") != std::string::npos);
+      CHECK(why.find('\n') == std::string::npos);
+      CHECK(a.malloc_(256, 0, nullptr) == nullptr);
+    }
+  configure({{"VRAM_BACKEND", "host"}, {"VRAM_DEVICE_COUNT", "64"}, {"VRAM_POOL_MAX", "1.5GiB"}});
+  CHECK(a.init(63) == 0);  // the edges are values
+}
+
+TEST_CASE("C ABI: an out of memory names the variable that set the cap which refused it", "[interop][c_abi]") {
+  auto& a = lib();
+  configure({{"VRAM_BACKEND", "host"}, {"VRAM_POOL_MAX", "4M"}, {"VRAM_POOL_STEP", "2M"}});
+  CHECK(a.malloc_(std::size_t{8} << 20, 0, nullptr) == nullptr);
+  CHECK(std::string(a.last_error()).find("\nthe pool's cap is VRAM_POOL_MAX=4M") != std::string::npos);
+  configure({{"VRAM_BACKEND", "host"}, {"VRAM_TENANT", "job"}, {"VRAM_TENANT_QUOTA", "1M"}});
+  CHECK(a.malloc_(std::size_t{2} << 20, 0, nullptr) == nullptr);
+  CHECK(std::string(a.last_error()).find("\nthe tenant's hard limit is VRAM_TENANT_QUOTA=1M") != std::string::npos);
+  configure({{"VRAM_BACKEND", "simulated"}, {"VRAM_DEVICE_BUDGET", "64M"}, {"VRAM_POOL_STEP", "2M"}});
+  CHECK(a.malloc_(std::size_t{96} << 20, 0, nullptr) == nullptr);
+  CHECK(std::string(a.last_error()).find("\nthe simulated device's capacity is VRAM_DEVICE_BUDGET=64M") !=
+        std::string::npos);
+  configure({{"VRAM_BACKEND", "simulated"}, {"VRAM_DEVICE_BUDGET", "1G"}});
+  REQUIRE(a.set_memory_fraction(0.25, 0) == 0);
+  CHECK(a.malloc_(std::size_t{300} << 20, 0, nullptr) == nullptr);
+  CHECK(std::string(a.last_error()).find("cap of 268435456 bytes") != std::string::npos);
 }
 
 TEST_CASE("C ABI: tenant quotas and a snapshot of who holds memory", "[interop][c_abi]") {
