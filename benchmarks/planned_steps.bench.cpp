@@ -1,6 +1,7 @@
 // Repeating steps: host time per operation of planned_pool serving a step from its plan
 // against stream_pool serving the same step online (the pool planned_pool falls back to),
-// both on pool-contiguous's device; and the time planning takes, on recorded-like steps and
+// both on pool-contiguous's device (built-in steps, a generated training loop whose gradients
+// cross the step boundary, shared traces); and the time planning takes, on recorded-like steps and
 // at the placement's worst case (every block live at once: each one scans all placed).
 //
 //   bench.planned_steps --benchmark_min_time=0.2
@@ -19,12 +20,21 @@
 #include <vram/alloc/stream_pool.hpp>
 #include <vram/trace/read_trace.hpp>
 #include <vram/trace/repeat_steps.hpp>
+#include <vram/trace/step.hpp>
 #include <vram/trace/workloads.hpp>
 
 namespace {
 
 using vram::trace::event;
 using vram::trace::trace;
+
+/// A generated step of GPT-2 small's training loop whose gradients cross the step boundary.
+trace training_loop() {
+  vram::trace::step_options o;
+  o.batch = 4;
+  o.sequence = 512;
+  return vram::trace::training_loop_step(*vram::trace::find_preset("gpt2"), o);
+}
 
 /// The trace as three steps (repeat_steps), read once, and the stride of its ids: an id of
 /// step k is an original id plus k strides.
@@ -35,8 +45,9 @@ struct stepped_trace {
 const stepped_trace& stepped(const std::string& name) {
   static std::map<std::string, stepped_trace> cache;
   if (auto it = cache.find(name); it != cache.end()) return it->second;
-  trace t = name == "training" ? vram::trace::transformer_training()
-                               : vram::trace::read_trace(std::string(VRAM_SHARED_TRACES) + "/" + name);
+  trace t = name == "training"        ? vram::trace::transformer_training()
+            : name == "training-loop" ? training_loop()
+                                      : vram::trace::read_trace(std::string(VRAM_SHARED_TRACES) + "/" + name);
   stepped_trace out{vram::trace::repeat_steps(t, 3)};
   t.for_each_event([&](const event& e) { out.stride = std::max(out.stride, e.id + 1); });
   return cache.emplace(name, std::move(out)).first->second;
@@ -148,7 +159,7 @@ void planning(benchmark::State& state, bool all_live) {
 int register_all() {
   using pool = vram::stream_pool<vram::simulated_device_source>;
   using planned = vram::planned_pool<vram::simulated_device_source>;
-  for (const char* name : {"training", "memory.pickle", "medium_1024_training_memory_snapshot.pickle",
+  for (const char* name : {"training", "training-loop", "memory.pickle", "medium_1024_training_memory_snapshot.pickle",
                            "df_index_resolver.json.gz", "pangu_2.6B.csv"}) {
     benchmark::RegisterBenchmark((std::string("step/") + name + "/pool-contiguous").c_str(),
                                  [name](benchmark::State& s) { serve_steps<pool>(s, name); });

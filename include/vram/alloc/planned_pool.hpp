@@ -23,7 +23,7 @@
 #include <vram/core/properties.hpp>
 #include <vram/core/stats.hpp>
 #include <vram/core/stream_ref.hpp>
-#include <vram/detail/throw.hpp>
+#include <vram/core/throw.hpp>
 #include <vram/source/host_source.hpp>  // for the static_assert below
 
 namespace vram {
@@ -297,11 +297,14 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
       for (std::uint32_t i : pl->live) carried += !pl->expected_carry(pl->entries[i]);
       if (pl == plan_.get() && carried != pl->carried) fail("blocks of earlier steps miscounted");
       // Stream order: every live block's stream was ordered after each stream that freed any
-      // of its bytes last (nothing repaints a live block's bytes: its place is its own).
+      // of its bytes last (nothing repaints a live block's bytes: its place is its own). Checked
+      // where the tree is kept; before, one stream at most has freed into the range.
       if (!pl->freers.consistent()) fail("the last freers' tree disagrees with itself");
+      if (!pl->freers_kept && pl->streams.size() > 1) fail("two streams freed into the range, the tree not kept");
       for (std::uint32_t i : pl->live) {
+        if (!pl->freers_kept) break;
         const plan_entry& e = pl->entries[i];
-        if ((pl->freers.query(e.atom_lo, e.atom_hi) & ~e.ordered_after) != 0)
+        if ((pl->last_freers_of(e) & ~e.ordered_after) != 0)
           fail("a live block not ordered after a stream that freed its bytes");
       }
       if (bytes != pl->live_bytes) fail("live bytes miscounted");
@@ -393,7 +396,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
       return false;
     }
     pl.held = true;
-    if (s.key() != 0) pl.freers.paint(0, static_cast<std::uint32_t>(pl.freers.atoms()), freer_bit(pl, s));
+    if (s.key() != 0) pl.note_free(0, static_cast<std::uint32_t>(pl.freers.atoms()), freer_bit(pl, s));
     return true;
   }
 
@@ -457,7 +460,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
   /// (nothing noted) where the pool cannot order it (a stream's event could not be recorded).
   bool order_after_frees(plan& pl, std::uint32_t k, stream_ref s) noexcept {
     plan_entry& e = pl.entries[k];
-    const std::uint64_t freers = pl.freers.query(e.atom_lo, e.atom_hi);
+    const std::uint64_t freers = pl.last_freers_of(e);
     auto wait_for = [&](std::size_t stream_index) {
       const auto& freed = pl.streams[stream_index];
       if (freed.key != s.key()) freed.stream.record().make_wait(s);
@@ -488,7 +491,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
       return;
     }
     pl.mark_free(static_cast<std::uint32_t>(e - pl.entries.data()));
-    pl.freers.paint(e->atom_lo, e->atom_hi, freer_bit(pl, s));
+    pl.note_free(e->atom_lo, e->atom_hi, freer_bit(pl, s));
     ledger_.unbook(e->size, bytes);
   }
 

@@ -7,12 +7,14 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <vram/core/throw.hpp>
 #include <vram/trace/detail/emitter.hpp>
 #include <vram/trace/model.hpp>
 #include <vram/trace/trace.hpp>
+#include <vram/trace/window.hpp>
 
 namespace vram::trace {
 
@@ -58,6 +60,9 @@ struct step_options {
   number_format kv_cache = number_format::bf16;
   std::uint64_t decode_steps = 16;  ///< inference: tokens generated after the prefill (at most the sequence)
   int steps = 2;                    ///< optimizer steps (training): the first creates the optimizer state
+  /// Training: the loop calls zero_grad() first (`zero_grad(); forward; backward; step()`), so
+  /// each step's gradients live on into the next one, which frees them at its start; else last.
+  bool zero_grad_first = false;
 
   /// Throws vram::invalid_argument naming the field when the combination cannot run.
   void validate(const decoder_model& m) const {
@@ -92,6 +97,9 @@ inline constexpr std::array<const char*, category_count> category_names = {
 struct step_trace {
   trace t;
   std::vector<category> category_of;
+  /// Training: the first event of each optimizer step, then of the teardown (what is freed
+  /// after the last step). Empty for inference.
+  std::vector<std::size_t> step_starts;
 };
 
 /// Live bytes per category at the trace's peak of total live bytes (the first such instant),
@@ -149,11 +157,13 @@ class step_builder {
     return id;
   }
   void free(std::uint64_t id) { g_.free(id); }
-  step_trace finish() && { return {std::move(g_).finish(), std::move(category_of_)}; }
+  void mark_step() { step_starts_.push_back(g_.events()); }
+  step_trace finish() && { return {std::move(g_).finish(), std::move(category_of_), std::move(step_starts_)}; }
 
  private:
   emitter g_;
   std::vector<category> category_of_;
+  std::vector<std::size_t> step_starts_;
 };
 
 /// Activations are bf16 under autocast or with 16-bit weights, else fp32: bytes per element.
@@ -292,8 +302,13 @@ inline void train(step_builder& g, const decoder_model& m, const step_options& o
   };
   const auto segment_end = [&](std::uint64_t l) { return (l + 1) % k == 0 || l + 1 == m.layers; };
 
-  std::vector<std::uint64_t> grads(trained.size(), 0), state;
+  constexpr std::uint64_t no_grad = UINT64_MAX;  // a gradient not allocated (or freed)
+  std::vector<std::uint64_t> grads(trained.size(), no_grad), state;
   for (int step = 0; step < o.steps; ++step) {
+    g.mark_step();
+    if (o.zero_grad_first)  // zero_grad(set_to_none=True) first: the last step's gradients go
+      for (std::uint64_t& id : grads)
+        if (id != no_grad) g.free(std::exchange(id, no_grad));
     for (std::uint64_t mb = 0; mb < o.batch / micro; ++mb) {
       auto grad = [&](std::size_t i) {
         if (mb == 0) grads[i] = g.alloc(c::gradients, bytes_of(grad_format, trained[i]));
@@ -344,8 +359,12 @@ inline void train(step_builder& g, const decoder_model& m, const step_options& o
         }
       for (std::uint64_t n : trained) g.free(g.alloc(c::temporaries, bytes_of(grad_format, n)));  // the update
     }
-    for (std::uint64_t& id : grads) g.free(id);  // zero_grad(set_to_none=True)
+    if (!o.zero_grad_first)
+      for (std::uint64_t& id : grads) g.free(std::exchange(id, no_grad));  // zero_grad(set_to_none=True)
   }
+  g.mark_step();  // the teardown
+  for (std::uint64_t id : grads)
+    if (id != no_grad) g.free(id);
   for (std::uint64_t id : state) g.free(id);
 }
 
@@ -364,6 +383,20 @@ namespace vram::trace {
   else detail::trace::train(g, m, o);
   for (std::uint64_t id : weights) g.free(id);
   return std::move(g).finish();
+}
+
+/// One optimizer step of a running training loop, as a snapshot recorded over it sees it: the
+/// second step of `o` (zero_grad first, so the first step's gradients and the optimizer state
+/// are live at its start, with the weights), and its own gradients live at its end.
+/// trace::repeat_steps makes it a loop whose gradients cross every step boundary.
+[[nodiscard]] inline trace training_loop_step(const decoder_model& m, step_options o) {
+  o.mode = run_mode::training;
+  o.steps = 2;
+  o.zero_grad_first = true;
+  step_trace s = generate_step(m, o);
+  trace out = window(s.t, s.step_starts[1], s.step_starts[2]);
+  out.name = m.name + " training loop step (b=" + std::to_string(o.batch) + ", s=" + std::to_string(o.sequence) + ")";
+  return out;
 }
 
 }  // namespace vram::trace

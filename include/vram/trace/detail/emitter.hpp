@@ -27,6 +27,7 @@ class emitter {
   void free(std::uint64_t id, std::uint32_t stream = 0) {
     t_.events.push_back({vram::trace::event::op::free, 0, stream, id, sizes_[id], tick_++});
   }
+  [[nodiscard]] std::size_t events() const noexcept { return t_.events.size(); }
   vram::trace::trace finish() && { return std::move(t_); }
 
  private:

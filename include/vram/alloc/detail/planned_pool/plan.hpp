@@ -138,6 +138,11 @@ struct plan {
   std::vector<std::uint32_t> live;           ///< the live entries (any order)
   std::vector<plan_stream> streams;          ///< streams that freed planned blocks
   last_freers freers;                        ///< which of them freed each byte of the range last
+  /// False while at most one stream has freed planned blocks or taken the range: then every
+  /// byte counts as last freed by that stream (a superset of the truth, and the tree is not
+  /// kept); the tree takes over once a second one does, painted with that stream, and each
+  /// live block's bytes with what it was ordered after (nothing has freed them since).
+  bool freers_kept = false;
   std::vector<std::uint32_t> free_order;     ///< planned entries by planned free
   std::uintptr_t base = 0;                   ///< the range: one block of the online pool, while held
   std::uint64_t range = 0;
@@ -222,6 +227,22 @@ struct plan {
       if (e.offset < offset + size && offset < e.offset + e.size) return true;
     }
     return false;
+  }
+
+  /// The last_freers bits of the streams that freed any byte of entry e's place last.
+  [[nodiscard]] std::uint64_t last_freers_of(const plan_entry& e) const noexcept {
+    if (freers_kept) return freers.query(e.atom_lo, e.atom_hi);
+    return streams.empty() ? 0 : last_freers::bit_of(0);
+  }
+
+  /// Atoms [lo, hi) were freed last on the stream of `bit` (a plan::streams bit, or 0).
+  void note_free(std::uint32_t lo, std::uint32_t hi, std::uint64_t bit) noexcept {
+    if (!freers_kept && streams.size() > 1) {  // a second stream: from now on, what each byte saw
+      freers.paint(0, static_cast<std::uint32_t>(freers.atoms()), last_freers::bit_of(0));
+      for (std::uint32_t i : live) freers.paint(entries[i].atom_lo, entries[i].atom_hi, entries[i].ordered_after);
+      freers_kept = true;
+    }
+    if (freers_kept) freers.paint(lo, hi, bit);
   }
 
   /// A live block of an earlier step that the plan expects: one that wraps, from the step before.
