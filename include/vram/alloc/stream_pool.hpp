@@ -22,11 +22,13 @@
 #include <vram/core/stream_ref.hpp>
 #include <vram/core/throw.hpp>
 #include <vram/alloc/stream_pool_options.hpp>
+#include <vram/alloc/detail/stream_pool/cached_blocks.hpp>
 #include <vram/alloc/detail/stream_pool/check.hpp>
 #include <vram/alloc/detail/stream_pool/heap.hpp>
 #include <vram/alloc/detail/stream_pool/lanes.hpp>
 #include <vram/alloc/detail/stream_pool/mutex.hpp>
 #include <vram/alloc/detail/stream_pool/size_classes.hpp>
+#include <vram/alloc/detail/stream_pool/stats.hpp>
 #include <vram/alloc/detail/stream_pool/stranding.hpp>
 #include <vram/alloc/detail/stream_pool/stream_marker.hpp>
 #include <vram/source/host_source.hpp>  // for the static_assert below
@@ -97,10 +99,6 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   using classes = detail::stream_pool::size_classes;
   static constexpr std::size_t quantum = classes::quantum;
   static constexpr std::size_t default_growth_step = std::size_t{64} << 20;
-  // The free space on a cached block's two sides, together, at which the block leaves its bin
-  // (place_again_alone). Measured, not derived (docs/stream_pool.md, Limitations): at 4 MiB
-  // the shared traces keep their reserved bytes and the tests' pinning trace nears best fit's.
-  static constexpr std::size_t large_free = std::size_t{4} << 20;
   using block = detail::stream_pool::block;
   using block_state = detail::stream_pool::block_state;
   using stream_info = detail::stream_pool::stream_info;
@@ -134,7 +132,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   /// blocks, so nothing is returned while in use. Live allocations are reported as misuse.
   ~stream_pool() {
     std::lock_guard lock(heap_mutex_);
-    flush_lanes();
+    detail::stream_pool::flush_lanes(heap_, lanes_);
     if (std::size_t live = stats_locked().live_bytes; live != 0)
       report_misuse({misuse::live_at_destruction, name(), nullptr, live, 0});
     heap_.for_each_stream([&](std::uintptr_t key, stream_info& info) {
@@ -220,7 +218,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   /// Returns the bytes given back. Called automatically before out-of-memory.
   std::size_t release() {
     std::lock_guard lock(heap_mutex_);
-    flush_lanes();
+    detail::stream_pool::flush_lanes(heap_, lanes_);
     heap_.merge_idle_streams();
     return release_locked();
   }
@@ -420,127 +418,13 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     return reinterpret_cast<void*>(b->addr);
   }
 
-  /// Moves every cached block back to the heap (pre: heap_mutex_ held).
-  void flush_lanes() noexcept {
-    lanes_.for_each([&](lane& l) {
-      if (l.cached_bytes == 0) return;
-      stream_info& info = freed_on(l);
-      for (auto& bin : l.bins) {
-        for (block* b : bin) {
-          l.live.erase(b->addr);
-          b->cached = false;
-          heap_.free(b, info);
-        }
-        bin.count = 0;
-      }
-      l.cached_bytes = 0;
-    });
-  }
-  /// The heap's record of l's stream, brought up to date: l's cached blocks were freed on it,
-  /// so they go back to the heap keyed to it. Pre: heap_mutex_ and l's lock held.
-  stream_info& freed_on(lane& l) {
-    stream_info& info = heap_.info_of(l.key);
-    if (l.key != 0) info.stream = l.stream;
-    return info;
-  }
-
-  /// After a heap free left free block f: a block cached in a bin between f and another free
-  /// block, the two holding large_free bytes or more, sits alone inside large free space. A
-  /// bin would hand that address, as it is, to the next request of its size, which may live
-  /// long and keep the free space on its two sides apart for good, where best fit would have
-  /// put it in the smallest hole. So the block goes back to the heap, where the three
-  /// coalesce, and its bin gets in its place a block of its size placed by best fit, when a
-  /// hole smaller than large_free holds one (the bin keeps its hits; a block carved from
-  /// large free space would only move the pin). The top block is left alone: the pool
-  /// flushes every bin before it takes the top, and joining free space to the top would
-  /// make more requests take it (docs/stream_pool.md, "Cached blocks alone inside large free
-  /// space"). Pre: heap_mutex_ held.
-  [[gnu::noinline]] void place_again_alone(block* f) noexcept {
-    if (heap_.is_wilderness(f)) return;
-    block* alone[2];
-    int count = 0;
-    for (auto side : {&block::prev, &block::next}) {  // both looked at first: placing one again may absorb f
-      block* n = f->*side;
-      if (!lane_then_free(n, side)) continue;
-      block* beyond = n->*side;
-      if (!heap_.is_wilderness(beyond) && f->size + beyond->size >= large_free) alone[count++] = n;
-    }
-    for (int i = 0; i < count; ++i) place_again(*alone[i]);
-  }
-  /// Whether n is a lane's block with a free block beyond it, on the side `side` leads to.
-  static bool lane_then_free(const block* n, block* block::*side) noexcept {
-    return n != nullptr && n->state == block_state::lane && n->*side != nullptr && (n->*side)->state == block_state::free;
-  }
-
-  /// Puts lane block n, if cached, back to the heap and its bin a block of its size placed by
-  /// best fit in a hole smaller than large_free, if one exists (place_again_alone). A live
-  /// block is left to its owner. Pre: heap_mutex_ held.
-  void place_again(block& n) noexcept {
-    lane& l = *n.booked;  // a lane block is booked to its lane
-    std::lock_guard lane_lock(l.mutex);
-    if (!n.cached) return;
-    const std::size_t size = n.size;
-    bin& into = l.bins[classes::index(size)];
-    into.remove(&n);
-    l.live.erase(n.addr);
-    l.cached_bytes -= size;
-    n.cached = false;
-    stream_info& info = freed_on(l);
-    heap_.free(&n, info);
-    block* hole = heap_.find_fit(info, size);  // never steals or grows for a cache
-    if (hole == nullptr || hole->size >= large_free) return;
-    block* b = heap_.carve(hole, size, quantum);
-    try {
-      l.live.insert(b->addr, b);
-    } catch (...) {  // no room in the lane's map: the bin holds one block fewer
-      heap_.free(b, info);
-      return;
-    }
-    b->state = block_state::lane;
-    b->booked = &l;
-    b->cached = true;
-    into.push(b);
-    l.cached_bytes += size;
-  }
-
   // ---- statistics -------------------------------------------------------------------
 
   vram::stats stats_locked() const {  // pre: heap_mutex_ held
-    return stats_over([&](auto&& f) { lanes_.for_each(f); });
+    return detail::stream_pool::collect_stats(heap_, heap_ledger_, ooms_, [&](auto&& f) { lanes_.for_each(f); });
   }
   vram::stats stats_locked(const all_lanes_held& lanes) const {  // pre: heap_mutex_ and every lane held
-    return stats_over([&](auto&& f) { lanes.each(f); });
-  }
-
-  /// The figures, with `each_lane(f)` calling f on every lane under its lock (pre: heap_mutex_ held).
-  template <class EachLane>
-  vram::stats stats_over(EachLane&& each_lane) const {
-    vram::stats st;
-    st.live_bytes = heap_ledger_.live;
-    st.requested_bytes = heap_ledger_.requested;
-    std::size_t peak_live = heap_ledger_.peak_live;
-    std::size_t peak_requested = heap_ledger_.peak_requested;
-    st.reserved_bytes = heap_.reserved();
-    st.peak_reserved_bytes = heap_.peak_reserved();
-    st.total_allocations = heap_ledger_.allocations;
-    st.total_deallocations = heap_ledger_.deallocations;
-    heap_.for_each_stream([&](std::uintptr_t, const stream_info& info) {
-      st.free_blocks += info.index.size();
-      if (const block* b = info.index.largest()) st.largest_free_block = std::max(st.largest_free_block, b->size);
-    });
-    each_lane([&](lane& l) { l.add_to(st, peak_live, peak_requested); });
-    // Every reserved byte is live or free (in an index or a bin): the free bytes need no counter.
-    st.free_bytes = st.reserved_bytes - st.live_bytes;
-    // Peaks: the sum of the ledgers' peaks bounds the true peak from above, and is exact when
-    // one ledger was ever used (one stream). The reserved peak bounds the live peak too, and
-    // the live peak the requested one (a block is never smaller than its request).
-    st.peak_live_bytes = std::max(st.live_bytes, std::min(peak_live, st.peak_reserved_bytes));
-    st.peak_requested_bytes = std::max(st.requested_bytes, std::min(peak_requested, st.peak_live_bytes));
-    st.live_allocations = st.total_allocations - st.total_deallocations;
-    st.upstream_allocations = heap_.upstream_allocations();
-    st.upstream_deallocations = heap_.upstream_deallocations();
-    st.ooms = ooms_;
-    return st;
+    return detail::stream_pool::collect_stats(heap_, heap_ledger_, ooms_, [&](auto&& f) { lanes.each(f); });
   }
 
   // ---- the heap (everything below: heap_mutex_ held) ----------------------------------
@@ -556,7 +440,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     block* b = heap_.find_fit(own, need);
     if (b == nullptr) b = heap_.steal(key, need, wait_on);
     if (b == nullptr || heap_.is_wilderness(b)) {  // before growing or taking the top, coalesce what can be
-      flush_lanes();
+      detail::stream_pool::flush_lanes(heap_, lanes_);
       if (heap_.others_hold_free(key)) heap_.merge_idle_streams();
       wait_on.reset();
       b = heap_.find_fit(own, need);
@@ -678,7 +562,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     stream_info& info = heap_.info_of(s.key());
     if (&info != &heap_.any_stream()) info.stream.refresh(s);  // before keying a block to s
     block* f = heap_.free(b, info);
-    if (lane_then_free(f->prev, &block::prev) || lane_then_free(f->next, &block::next)) place_again_alone(f);
+    using detail::stream_pool::lane_then_free;  // a cached block beside f: maybe alone in large free space
+    if (lane_then_free(f->prev, &block::prev) || lane_then_free(f->next, &block::next))
+      detail::stream_pool::place_again_alone(heap_, f);
     lock.unlock();
     observer_.on_deallocate(p, bytes, s);
   }
