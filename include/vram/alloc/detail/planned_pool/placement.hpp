@@ -65,9 +65,10 @@ inline std::uint64_t live_peak(const std::vector<lifetime>& blocks) {
 /// above `give_up`, once the range reaches `give_up` (a worse order need not finish).
 inline std::uint64_t place_in_order(const std::vector<lifetime>& blocks, const std::vector<std::uint32_t>& order,
                                     std::vector<std::uint64_t>& offsets, std::uint64_t give_up) {
-  struct placed {
+  struct placed {  // compact: the scan below reads every placed block
     std::uint64_t offset, end;
-    lifetime life;
+    std::uint32_t begin, finish;
+    bool wraps;
   };
   std::vector<placed> by_offset;  // sorted by offset
   by_offset.reserve(order.size());
@@ -76,13 +77,17 @@ inline std::uint64_t place_in_order(const std::vector<lifetime>& blocks, const s
     const lifetime& b = blocks[i];
     std::uint64_t at = 0;
     for (const placed& p : by_offset) {
-      if (!live_together(p.life, b)) continue;
+      if (!(p.wraps | b.wraps)) {
+        if (p.finish <= b.begin || b.end <= p.begin) continue;  // never live together
+      } else if (!live_together({0, p.begin, p.finish, p.wraps}, b)) {
+        continue;
+      }
       if (p.offset >= at + b.size) break;                     // the gap below p fits
       at = std::max(at, p.end);
     }
     auto insert_at = std::lower_bound(by_offset.begin(), by_offset.end(), at,
                                       [](const placed& p, std::uint64_t o) { return p.offset < o; });
-    by_offset.insert(insert_at, {at, at + b.size, b});
+    by_offset.insert(insert_at, {at, at + b.size, b.begin, b.end, b.wraps});
     offsets[i] = at;
     range = std::max(range, at + b.size);
     if (range > give_up) return range;
