@@ -132,7 +132,7 @@ TEST_CASE("replayed as steps (--steps N): each trace replayed as steps, pool-pla
   for (const char* bad : {"--steps 0", "--steps x", "--steps 1001"}) {
     auto b = run(std::string(bad) + " '" + traces() + "/memory.pickle'");
     CHECK(b.status == 2);
-    CHECK(b.out.find("--steps must be 1 to 1000") != std::string::npos);
+    CHECK(b.out.find("bad --steps '" + std::string(bad).substr(8) + "': a whole decimal number, 1 to 1000") != std::string::npos);
   }
 }
 

@@ -20,6 +20,7 @@
 #include <vram-replay/lineup.hpp>
 #include <vram-replay/output_file.hpp>
 #include <vram/core/bytes.hpp>
+#include <vram/core/parse.hpp>
 #include <vram/trace/detail/json.hpp>
 #include <vram/trace/model.hpp>
 #include <vram/trace/step.hpp>
@@ -50,7 +51,7 @@ const char* usage =
     "  --flash                          attention that never materializes the scores\n"
     "  --lora-rank R  --kv-cache fp32|bf16|int8  --decode-steps N\n"
     "cards:\n"
-    "  --gpu GIB[,GIB...]               card capacities (default 24,48,80,141)\n"
+    "  --gpu GIB[,GIB...]               card capacities in GiB, or sizes with a unit (default 24,48,80,141)\n"
     "output:\n"
     "  --json FILE                      the answer as JSON\n"
     "  --html FILE                      a self-contained page: what fills each card, per allocator\n"
@@ -62,11 +63,30 @@ struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A count (vram::parse_count): no dimension, batch or step count of a model comes near 2^32.
 std::uint64_t parse_count(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || text[0] == '-') throw usage_error(flag + ": not a count: '" + text + "'");
-  return v;
+  std::optional<std::uint64_t> v = vram::parse_count(text);
+  if (!v || *v > UINT32_MAX) throw usage_error(vram::refusal(flag, text, "a whole decimal number, at most 4294967295"));
+  return *v;
+}
+
+/// The capacities of `list` (--gpu): sizes (vram::parse_bytes) whose unit is GiB when none is
+/// given, separated by commas.
+std::vector<double> parse_cards_gib(const std::string& list) {
+  std::vector<double> out;
+  for (std::size_t at = 0;;) {  // each item between commas, empty ones included
+    const std::size_t comma = list.find(',', at);
+    const std::string item = list.substr(at, comma - at);
+    const bool bare = !item.empty() && vram::detail::parse::is_digit(item.back());
+    std::optional<std::size_t> bytes = vram::parse_bytes(bare ? item + "G" : item);
+    if (!bytes || *bytes == 0)
+      throw usage_error(vram::refusal("--gpu", list,
+                                      vram::quoted(item) + " is not a capacity: GiB (24, 40.5) or a size with a unit "
+                                                           "(512M, 80GiB), not 0; capacities are separated by commas"));
+    out.push_back(double(*bytes) / double(std::uint64_t{1} << 30));
+    if (comma == std::string::npos) return out;
+    at = comma + 1;
+  }
 }
 
 bool parse_yes_no(const std::string& flag, const std::string& text) {
@@ -217,15 +237,7 @@ request parse(const std::vector<std::string>& args) {
     } else if (a == "--decode-steps") {
       q.run.decode_steps = parse_count(a, value());
     } else if (a == "--gpu") {
-      q.cards_gib.clear();
-      std::stringstream list(value());
-      for (std::string item; std::getline(list, item, ',');) {
-        char* end = nullptr;
-        double gib = std::strtod(item.c_str(), &end);
-        if (item.empty() || *end != '\0' || !(gib > 0) || gib > 1e6) throw usage_error("--gpu: not a capacity in GiB: '" + item + "'");
-        q.cards_gib.push_back(gib);
-      }
-      if (q.cards_gib.empty()) throw usage_error("--gpu: no capacity given");
+      q.cards_gib = parse_cards_gib(value());
     } else if (a == "--json") {
       q.json_path = value();
     } else if (a == "--html") {

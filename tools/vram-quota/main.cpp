@@ -15,6 +15,7 @@
 
 #include <vram/adaptor/quota_ledger.hpp>
 #include <vram/core/bytes.hpp>
+#include <vram/core/parse.hpp>
 #include <vram/core/error.hpp>
 
 namespace {
@@ -72,8 +73,20 @@ std::string json_limit(std::size_t bytes) {
 std::size_t parse_limit(const std::string& flag, const std::string& text) {
   if (text == "none") return vram::quota_ledger::unlimited;
   std::optional<std::size_t> b = vram::parse_bytes(text);
-  if (!b) throw usage_error("bad " + flag + " '" + text + "' (examples: 512M, 40G, 1.5GiB, none)");
+  if (!b) throw usage_error(vram::refusal(flag, text, std::string(vram::size_grammar) + "; or none"));
   return *b;
+}
+
+/// File permissions: octal digits only (0660, 640), at most 0777.
+mode_t parse_mode(const std::string& text) {
+  unsigned m = 0;
+  bool octal = !text.empty() && text.size() <= 4;
+  for (char c : text) {
+    octal = octal && c >= '0' && c <= '7';
+    m = m * 8 + static_cast<unsigned>(c - '0');
+  }
+  if (!octal || m > 0777) throw usage_error(vram::refusal("--mode", text, "octal permissions, 0 to 0777 (e.g. 0660)"));
+  return static_cast<mode_t>(m);
 }
 
 int create(const std::string& ledger, const std::vector<std::string>& args) {
@@ -82,10 +95,7 @@ int create(const std::string& ledger, const std::vector<std::string>& args) {
     if (args[i] == "--tenants-may-set-limits") {
       options.tenants_may_set_limits = true;
     } else if (args[i] == "--mode" && i + 1 < args.size()) {
-      char* end = nullptr;
-      unsigned long m = std::strtoul(args[++i].c_str(), &end, 8);
-      if (*end != '\0' || m > 0777 || args[i].empty()) throw usage_error("bad --mode '" + args[i] + "' (octal, e.g. 0660)");
-      options.mode = static_cast<mode_t>(m);
+      options.mode = parse_mode(args[++i]);
     } else {
       throw usage_error("create: unknown argument '" + args[i] + "'");
     }

@@ -17,6 +17,8 @@
 
 #include <vram-replay/lineup.hpp>
 #include <vram-replay/output_file.hpp>
+#include <vram/core/bytes.hpp>
+#include <vram/core/parse.hpp>
 #include <vram/trace/read_trace.hpp>
 #include <vram/trace/read_trace_stream.hpp>
 #include <vram/trace/repeat_steps.hpp>
@@ -43,7 +45,7 @@ const char* usage =
     "\n"
     "options:\n"
     "  --allocators A,B,...  allocators to compare (default: all but slab; see --list)\n"
-    "  --capacity BYTES      device capacity, e.g. 80G, 24GiB, 512M (default 80G)\n"
+    "  --capacity BYTES      device capacity, e.g. 80G, 24GiB, 512M (powers of 1024; default 80G)\n"
     "  --device sim|cuda     simulated device (default) or the real GPU\n"
     "  --json FILE           write the figures as JSON\n"
     "  --html FILE           write a self-contained HTML report with plots\n"
@@ -56,21 +58,11 @@ const char* usage =
     "  --list                list the allocators and exit\n"
     "  -h, --help            this text\n";
 
+/// A device capacity (vram::parse_bytes), not 0.
 std::size_t parse_capacity(const std::string& s) {
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  std::string unit = end;
-  double scale = 1;
-  if (unit == "" || unit == "B") scale = 1;
-  else if (unit == "K" || unit == "KiB" || unit == "k") scale = 1024.0;
-  else if (unit == "M" || unit == "MiB") scale = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "T" || unit == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "GB") scale = 1e9;
-  else if (unit == "MB") scale = 1e6;
-  else throw std::invalid_argument("bad --capacity '" + s + "' (examples: 80G, 24GiB, 512M)");
-  if (!(v > 0) || v * scale > 1e15) throw std::invalid_argument("bad --capacity '" + s + "'");
-  return static_cast<std::size_t>(v * scale);
+  std::optional<std::size_t> bytes = vram::parse_bytes(s);
+  if (!bytes || *bytes == 0) throw std::invalid_argument(vram::refusal("--capacity", s, vram::size_grammar) + "; not 0");
+  return *bytes;
 }
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -208,10 +200,9 @@ int main(int argc, char** argv) {
       else if (a == "--stream") stream = true;
       else if (a == "--steps") {
         std::string v = value();
-        char* end = nullptr;
-        long n = std::strtol(v.c_str(), &end, 10);
-        if (*end != '\0' || n < 1 || n > 1000) throw std::invalid_argument("--steps must be 1 to 1000 (is '" + v + "')");
-        steps = static_cast<int>(n);
+        std::optional<std::uint64_t> n = vram::parse_count(v);
+        if (!n || *n < 1 || *n > 1000) throw std::invalid_argument(vram::refusal("--steps", v, "a whole decimal number, 1 to 1000"));
+        steps = static_cast<int>(*n);
       }
       else if (a.starts_with("-")) throw std::invalid_argument("unknown option " + a);
       else files.push_back(a);
