@@ -1,0 +1,266 @@
+#pragma once
+// vram-fit's command line: the usage text, the flags' parsers (counts, capacities, formats),
+// a model from a JSON file, and the request they make. A room of main.cpp, included by it alone.
+
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <vram-fit/remedies.hpp>
+#include <vram/core/bytes.hpp>
+#include <vram/core/parse.hpp>
+#include <vram/trace/detail/json.hpp>
+#include <vram/trace/model.hpp>
+#include <vram/trace/step.hpp>
+
+namespace {
+
+using namespace vram::trace;
+using vram_fit::remedy;
+using vram_fit::remedies_for;
+
+const char* usage =
+    "usage: vram-fit [model] [run] [cards] [output]\n"
+    "\n"
+    "model (one of):\n"
+    "  --preset NAME          gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-2-7b, llama-2-13b,\n"
+    "                         llama-2-70b, llama-3-8b (--list-presets: their shapes and sources)\n"
+    "  --model FILE.json      a Hugging Face config.json, or vram-fit's own keys (as the flags)\n"
+    "  --layers N --hidden N --heads N [--kv-heads N] --ffn N --vocab N [--positions N]\n"
+    "  [--mlp gelu|swiglu] [--biases yes|no] [--tied yes|no]   (each also overrides a preset)\n"
+    "run:\n"
+    "  --mode training|lora|inference   (default training: every weight trained)\n"
+    "  --batch N --sequence N           sequences per step (inference: concurrent sequences)\n"
+    "  --micro-batch N                  gradient accumulation: sequences per forward/backward\n"
+    "  --weights fp32|bf16|int8|int4    (int8/int4: a frozen base only)\n"
+    "  --no-autocast                    fp32 activations with fp32 weights\n"
+    "  --optimizer adamw|adamw8bit|sgd|none\n"
+    "  --checkpoint none|every|K        activation checkpointing: every layer, or every K layers\n"
+    "  --flash                          attention that never materializes the scores\n"
+    "  --lora-rank R  --kv-cache fp32|bf16|int8  --decode-steps N\n"
+    "cards:\n"
+    "  --gpu GIB[,GIB...]               card capacities in GiB, or sizes with a unit (default 24,48,80,141)\n"
+    "output:\n"
+    "  --json FILE                      the answer as JSON\n"
+    "  --html FILE                      a self-contained page: what fills each card, per allocator\n"
+    "  --no-search                      skip the largest-batch and -sequence search\n"
+    "\n"
+    "exit status: 0 answered, 2 bad input (the message names the field)\n";
+
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// A count (vram::parse_count): no dimension, batch or step count of a model comes near 2^32.
+std::uint64_t parse_count(const std::string& flag, const std::string& text) {
+  std::optional<std::uint64_t> v = vram::parse_count(text);
+  if (!v || *v > UINT32_MAX) throw usage_error(vram::refusal(flag, text, "a whole decimal number, at most 4294967295"));
+  return *v;
+}
+
+/// The capacities of `list` (--gpu): sizes (vram::parse_bytes) whose unit is GiB when none is
+/// given, separated by commas.
+std::vector<double> parse_cards_gib(const std::string& list) {
+  std::vector<double> out;
+  for (std::size_t at = 0;;) {  // each item between commas, empty ones included
+    const std::size_t comma = list.find(',', at);
+    const std::string item = list.substr(at, comma - at);
+    const bool bare = !item.empty() && vram::detail::parse::is_digit(item.back());
+    std::optional<std::size_t> bytes = vram::parse_bytes(bare ? item + "G" : item);
+    if (!bytes || *bytes == 0)
+      throw usage_error(vram::refusal("--gpu", list,
+                                      vram::quoted(item) + " is not a capacity: GiB (24, 40.5) or a size with a unit "
+                                                           "(512M, 80GiB), not 0; capacities are separated by commas"));
+    out.push_back(double(*bytes) / double(std::uint64_t{1} << 30));
+    if (comma == std::string::npos) return out;
+    at = comma + 1;
+  }
+}
+
+bool parse_yes_no(const std::string& flag, const std::string& text) {
+  if (text == "yes" || text == "true") return true;
+  if (text == "no" || text == "false") return false;
+  throw usage_error(flag + ": yes or no, not '" + text + "'");
+}
+
+number_format parse_format(const std::string& flag, const std::string& text) {
+  if (text == "fp32") return number_format::fp32;
+  if (text == "bf16" || text == "fp16") return number_format::bf16;
+  if (text == "int8") return number_format::int8;
+  if (text == "int4") return number_format::int4;
+  throw usage_error(flag + ": fp32, bf16, int8 or int4, not '" + text + "'");
+}
+
+const char* format_name(number_format f) {
+  static const char* names[] = {"fp32", "bf16", "int8", "int4"};
+  return names[static_cast<int>(f)];
+}
+const char* mode_name(run_mode m) {
+  static const char* names[] = {"training", "lora", "inference"};
+  return names[static_cast<int>(m)];
+}
+const char* optimizer_name(optimizer_kind o) {
+  static const char* names[] = {"adamw", "adamw8bit", "sgd", "none"};
+  return names[static_cast<int>(o)];
+}
+
+/// A model from a JSON file: vram-fit's keys (layers, hidden, ...) or a Hugging Face config
+/// (num_hidden_layers, hidden_size, ... for Llama-style; n_layer, n_embd, ... for GPT-2).
+decoder_model read_model(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw usage_error("--model: cannot read '" + path + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string json = text.str();  // the reader views it
+  vram::detail::trace::json_value v;
+  try {
+    vram::detail::trace::json_reader r(json, path);
+    v = r.parse_value();
+  } catch (const std::exception& e) {
+    throw usage_error(std::string("--model: ") + e.what());
+  }
+  if (!v.is_object()) throw usage_error("--model: '" + path + "' is not a JSON object");
+  auto count = [&](std::initializer_list<const char*> keys) -> std::optional<std::uint64_t> {
+    for (const char* k : keys)
+      if (const auto* x = v.find(k)) {
+        if (!x->is_number() || !x->integral || x->integer < 0)
+          throw usage_error(std::string("--model: '") + k + "' must be a non-negative integer");
+        return static_cast<std::uint64_t>(x->integer);
+      }
+    return std::nullopt;
+  };
+  auto flag = [&](std::initializer_list<const char*> keys) -> std::optional<bool> {
+    for (const char* k : keys)
+      if (const auto* x = v.find(k)) {
+        if (x->type != vram::detail::trace::json_value::kind::boolean)
+          throw usage_error(std::string("--model: '") + k + "' must be true or false");
+        return x->boolean;
+      }
+    return std::nullopt;
+  };
+  auto need = [&](std::optional<std::uint64_t> x, const char* what) {
+    if (!x) throw usage_error(std::string("--model: no ") + what + " in '" + path + "'");
+    return *x;
+  };
+  const auto* type = v.find("model_type");
+  const bool gpt2 = type != nullptr && type->is_string() && type->string == "gpt2";
+  decoder_model m;
+  m.name = path;
+  m.layers = need(count({"layers", "num_hidden_layers", "n_layer"}), "layers");
+  m.hidden = need(count({"hidden", "hidden_size", "n_embd"}), "hidden");
+  m.heads = need(count({"heads", "num_attention_heads", "n_head"}), "heads");
+  m.kv_heads = count({"kv_heads", "num_key_value_heads"}).value_or(m.heads);
+  m.ffn = count({"ffn", "intermediate_size", "n_inner"}).value_or(gpt2 ? 4 * m.hidden : 0);
+  if (m.ffn == 0) throw usage_error("--model: no ffn (intermediate_size) in '" + path + "'");
+  m.vocab = need(count({"vocab", "vocab_size"}), "vocab");
+  m.positions = count({"positions", "n_positions"}).value_or(0);
+  if (const auto* mlp = v.find("mlp")) m.mlp = mlp->is_string() && mlp->string == "gelu" ? mlp_kind::gelu : mlp_kind::swiglu;
+  else m.mlp = gpt2 ? mlp_kind::gelu : mlp_kind::swiglu;
+  m.biases = flag({"biases"}).value_or(gpt2);
+  m.tied_embeddings = flag({"tied", "tie_word_embeddings"}).value_or(gpt2);
+  return m;
+}
+
+/// What was asked.
+struct request {
+  decoder_model model;
+  step_options run;
+  std::vector<double> cards_gib = {24, 48, 80, 141};
+  std::string json_path;
+  std::string html_path;
+  bool search = true;
+};
+
+request parse(const std::vector<std::string>& args) {
+  request q;
+  std::optional<decoder_model> base;
+  std::map<std::string, std::string> shape;  // flags that set or override the model
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> const std::string& {
+      if (i + 1 >= args.size()) throw usage_error(a + " needs a value");
+      return args[++i];
+    };
+    if (a == "--preset") {
+      const std::string& name = value();
+      base = find_preset(name);
+      if (!base) throw usage_error("--preset: unknown preset '" + name + "' (--list-presets)");
+    } else if (a == "--model") {
+      base = read_model(value());
+    } else if (a == "--layers" || a == "--hidden" || a == "--heads" || a == "--kv-heads" || a == "--ffn" ||
+               a == "--vocab" || a == "--positions" || a == "--mlp" || a == "--biases" || a == "--tied") {
+      shape[a] = value();
+    } else if (a == "--mode") {
+      const std::string& m = value();
+      if (m == "training" || m == "pretraining" || m == "finetuning") q.run.mode = run_mode::training;
+      else if (m == "lora") q.run.mode = run_mode::lora;
+      else if (m == "inference") q.run.mode = run_mode::inference;
+      else throw usage_error("--mode: training, lora or inference, not '" + m + "'");
+    } else if (a == "--batch") {
+      q.run.batch = parse_count(a, value());
+    } else if (a == "--sequence") {
+      q.run.sequence = parse_count(a, value());
+    } else if (a == "--micro-batch") {
+      q.run.micro_batch = parse_count(a, value());
+    } else if (a == "--weights") {
+      q.run.weights = parse_format(a, value());
+    } else if (a == "--no-autocast") {
+      q.run.autocast = false;
+    } else if (a == "--optimizer") {
+      const std::string& o = value();
+      if (o == "adamw") q.run.optimizer = optimizer_kind::adamw;
+      else if (o == "adamw8bit") q.run.optimizer = optimizer_kind::adamw_8bit;
+      else if (o == "sgd") q.run.optimizer = optimizer_kind::sgd;
+      else if (o == "none") q.run.optimizer = optimizer_kind::none;
+      else throw usage_error("--optimizer: adamw, adamw8bit, sgd or none, not '" + o + "'");
+    } else if (a == "--checkpoint") {
+      const std::string& c = value();
+      q.run.checkpoint_every = c == "none" ? 0 : c == "every" ? 1 : parse_count(a, c);
+    } else if (a == "--flash") {
+      q.run.flash_attention = true;
+    } else if (a == "--lora-rank") {
+      q.run.lora_rank = parse_count(a, value());
+    } else if (a == "--kv-cache") {
+      q.run.kv_cache = parse_format(a, value());
+    } else if (a == "--decode-steps") {
+      q.run.decode_steps = parse_count(a, value());
+    } else if (a == "--gpu") {
+      q.cards_gib = parse_cards_gib(value());
+    } else if (a == "--json") {
+      q.json_path = value();
+    } else if (a == "--html") {
+      q.html_path = value();
+    } else if (a == "--no-search") {
+      q.search = false;
+    } else {
+      throw usage_error("unknown option '" + a + "'");
+    }
+  }
+  if (!base && shape.empty()) throw usage_error("no model: give --preset, --model or the shape flags");
+  decoder_model m = base.value_or(decoder_model{});
+  for (const auto& [flag, text] : shape) {
+    if (flag == "--layers") m.layers = parse_count(flag, text);
+    else if (flag == "--hidden") m.hidden = parse_count(flag, text);
+    else if (flag == "--heads") m.heads = parse_count(flag, text);
+    else if (flag == "--kv-heads") m.kv_heads = parse_count(flag, text);
+    else if (flag == "--ffn") m.ffn = parse_count(flag, text);
+    else if (flag == "--vocab") m.vocab = parse_count(flag, text);
+    else if (flag == "--positions") m.positions = parse_count(flag, text);
+    else if (flag == "--biases") m.biases = parse_yes_no(flag, text);
+    else if (flag == "--tied") m.tied_embeddings = parse_yes_no(flag, text);
+    else if (flag == "--mlp") {
+      if (text != "gelu" && text != "swiglu") throw usage_error("--mlp: gelu or swiglu, not '" + text + "'");
+      m.mlp = text == "gelu" ? mlp_kind::gelu : mlp_kind::swiglu;
+    }
+  }
+  if (!base && shape.count("--kv-heads") == 0) m.kv_heads = m.heads;
+  q.model = m;
+  return q;
+}
+
+}  // namespace

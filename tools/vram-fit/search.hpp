@@ -1,0 +1,179 @@
+#pragma once
+// vram-fit's search: a step replayed on each allocator on a card, what a run needs when
+// nothing refuses it, whether it fits, the largest batch and sequence that fit (bisection),
+// and the remedies combined. A room of main.cpp, included by it alone.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <vram-fit/flags.hpp>
+#include <vram-fit/remedies.hpp>
+#include <vram-replay/lineup.hpp>
+#include <vram/trace/model.hpp>
+#include <vram/trace/step.hpp>
+
+namespace {
+
+using namespace vram::trace;
+using vram_fit::remedy;
+using vram_fit::remedies_for;
+
+std::string gib(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", bytes / double(std::uint64_t{1} << 30));
+  return b;
+}
+
+/// The allocators a whole model step is replayed on: vram-replay's default lineup but the
+/// activation arena (a bump allocator for activations alone, not for weights and state).
+std::vector<vram_replay::allocator_config> fit_allocators() {
+  std::vector<vram_replay::allocator_config> out;
+  for (auto& a : vram_replay::default_allocators())
+    if (a.name != "arena") out.push_back(std::move(a));
+  return out;
+}
+
+/// One allocator on one card: what it reserved, and whether the step ran without a refusal.
+struct outcome {
+  std::string allocator;
+  std::uint64_t peak_reserved = 0;
+  bool fits = false;
+};
+
+std::vector<outcome> replay_on(const step_trace& s, std::size_t capacity,
+                               const std::vector<vram_replay::allocator_config>& allocators) {
+  std::vector<outcome> out;
+  replay_options o;
+  o.capacity = capacity;
+  o.time_operations = false;
+  o.series_points = 2;
+  for (const auto& a : allocators) {
+    replay_result r = a.run(s.t, o);
+    out.push_back({a.name, r.peak_reserved_bytes, r.ooms == 0 && r.error.empty()});
+  }
+  return out;
+}
+
+/// A capacity no step asks for: what an allocator reserves when nothing refuses it.
+std::size_t unbounded_for(const category_peak& peak) {
+  return static_cast<std::size_t>(std::min<std::uint64_t>(4 * peak.peak_live + (std::uint64_t{16} << 30),
+                                                          std::uint64_t{1} << 46));
+}
+
+/// A model and a run as a key, for remembering what the run needs.
+std::string key_of(const decoder_model& m, const step_options& o) {
+  std::ostringstream k;
+  k << m.layers << ' ' << m.hidden << ' ' << m.heads << ' ' << m.kv_heads << ' ' << m.ffn << ' ' << m.vocab << ' '
+    << m.positions << ' ' << int(m.mlp) << ' ' << m.biases << ' ' << m.tied_embeddings << " | " << int(o.mode) << ' ' << o.batch << ' ' << o.sequence << ' ' << o.micro_batch << ' ' << int(o.weights) << ' '
+    << o.autocast << ' ' << int(o.optimizer) << ' ' << o.checkpoint_every << ' ' << o.flash_attention << ' '
+    << o.lora_rank << ' ' << int(o.kv_cache) << ' ' << o.decode_steps << ' ' << o.steps;
+  return k.str();
+}
+
+/// What run `o` reserves on `allocator` when nothing refuses it, remembered per run and
+/// allocator (the remedies and their combinations ask for the same runs on every card).
+std::uint64_t needs_of(const decoder_model& m, const step_options& o, const vram_replay::allocator_config& allocator,
+                       category_peak* peak = nullptr) {
+  static std::map<std::string, std::pair<std::uint64_t, category_peak>> known;
+  const std::string key = allocator.name + ' ' + key_of(m, o);
+  auto it = known.find(key);
+  if (it == known.end()) {
+    step_trace t = generate_step(m, o);
+    category_peak p = peak_by_category(t);
+    it = known.emplace(key, std::pair{replay_on(t, unbounded_for(p), {allocator})[0].peak_reserved, p}).first;
+  }
+  if (peak != nullptr) *peak = it->second.second;
+  return it->second.first;
+}
+
+/// Whether run `o` fits `capacity` on `allocator`. Without a refusal a capped replay is the
+/// unbounded one, so a run that needs no more than the card fits, and one whose live bytes
+/// alone exceed it cannot; only between the two is the capped replay run.
+bool fits_on(const decoder_model& m, const step_options& o, std::size_t capacity,
+             const vram_replay::allocator_config& allocator) {
+  category_peak p;
+  const std::uint64_t needs = needs_of(m, o, allocator, &p);
+  if (needs <= capacity) return true;
+  if (p.peak_live > capacity) return false;
+  return replay_on(generate_step(m, o), capacity, {allocator})[0].fits;
+}
+
+/// The largest value of `field` in [1, limit] for which the step fits under `allocator`,
+/// 0 when even 1 does not. Fitting is taken as monotone in the field (more never fits less).
+std::uint64_t largest_fitting(const request& q, std::uint64_t step_options::*field, std::uint64_t limit,
+                              std::size_t capacity, const vram_replay::allocator_config& allocator) {
+  auto fits = [&](std::uint64_t v) {
+    step_options o = q.run;
+    o.*field = v;
+    if (field == &step_options::micro_batch) o.batch = v * (q.run.batch / q.run.micro_batch);  // same accumulation
+    try {
+      return fits_on(q.model, o, capacity, allocator);
+    } catch (const vram::invalid_argument&) {
+      return false;  // beyond what the model allows (its learned positions)
+    }
+  };
+  if (!fits(1)) return 0;
+  std::uint64_t lo = 1, hi = 2;
+  while (hi <= limit && fits(hi)) lo = hi, hi *= 2;
+  if (hi > limit) hi = limit + 1;
+  while (hi - lo > 1) {  // fits(lo), !fits(hi)
+    std::uint64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+/// When the weights and what the mode must keep beside them exceed a card before any
+/// activation, no allocator and no batch can fit: say so, with the numbers.
+std::string floor_verdict(const request& q, const category_peak& peak, double capacity) {
+  const double w = double(peak.own_peak[0]), g = double(peak.own_peak[1]), o = double(peak.own_peak[2]);
+  std::ostringstream s;
+  if (w > capacity) {
+    s << "the weights alone (" << gib(w) << " GiB) exceed the card: quantize the base (int8, int4) or shard the model";
+  } else if (q.run.mode == run_mode::training && w + g > capacity) {
+    s << "full training cannot fit: weights " << gib(w) << " + gradients " << gib(g) << " = " << gib(w + g)
+      << " GiB exceed the card before any activation or optimizer state; only a frozen base (--mode lora, a "
+         "quantized base) or offloading can fit";
+  } else if (w + g + o > capacity) {
+    s << "weights, gradients and optimizer state (" << gib(w + g + o)
+      << " GiB) exceed the card: a lighter optimizer (8-bit AdamW, SGD), a frozen base or offloading is needed";
+  }
+  return s.str();
+}
+
+/// Remedies combined, best first: each round applies the remedy (among those that apply to
+/// the run so far) that lowers what `allocator` needs the most, until the run fits `capacity`
+/// or no remedy lowers it. The names applied, in order, and the run they make.
+struct combination {
+  std::vector<std::string> applied;
+  step_options run;
+  std::uint64_t needs = 0;
+  bool fits = false;
+};
+
+combination combine(const request& q, std::size_t capacity, const vram_replay::allocator_config& allocator) {
+  combination c{{}, q.run, needs_of(q.model, q.run, allocator), false};
+  for (;;) {
+    c.fits = fits_on(q.model, c.run, capacity, allocator);
+    if (c.fits) return c;
+    const remedy* best = nullptr;
+    std::uint64_t best_needs = c.needs;
+    std::vector<remedy> candidates = remedies_for(c.run);
+    for (const remedy& r : candidates) {
+      std::uint64_t n = needs_of(q.model, r.run, allocator);
+      if (n < best_needs) best = &r, best_needs = n;
+    }
+    if (best == nullptr) return c;
+    c.applied.push_back(best->name);
+    c.run = best->run;
+    c.needs = best_needs;
+  }
+}
+
+}  // namespace
