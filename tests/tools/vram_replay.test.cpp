@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "support/real_traces.hpp"
 #include "support/run_tool.hpp"
 
 #include <sys/wait.h>
@@ -40,7 +41,7 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
-std::string traces() { return std::string(VRAM_SHARED_TRACES); }
+std::string traces() { return vram::test::traces_dir(); }
 
 /// A scratch file name in the temp directory, unique to this process.
 std::string scratch(const std::string& name) {
@@ -64,10 +65,14 @@ TEST_CASE("no arguments: built-in workloads, a real comparison") {
   CHECK(r.out.find("kv-cache-inference") != std::string::npos);
   for (const char* a : {"pool-contiguous", "pool-segments", "arena", "upstream"}) CHECK(r.out.find(a) != std::string::npos);
   CHECK(r.out.find("lowest reserved: pool-contiguous") != std::string::npos);  // a verdict per trace
+  // ... naming the C++ type to write, why, and what the others cost
+  CHECK(r.out.find("verdict: vram::stream_pool<vram::cuda_vmm_source> (pool-contiguous): ") != std::string::npos);
+  CHECK(r.out.find(" of peak live, ") != std::string::npos);
+  CHECK(r.out.find("; the others: pool-segments ") != std::string::npos);
   CHECK(r.out.find("(columns: docs/replay.md") != std::string::npos);
 }
 
-TEST_CASE("a slab's spill and an arena's OOMs are explained; outputs are announced") {
+TEST_CASE("a slab's spill and an arena's OOMs are explained; outputs are announced", "[traces]") {
   std::string html = scratch("notes.html");
   auto r = run("--no-timing --allocators slab,arena,pool-contiguous --capacity 1G --html " + html + " '" + traces() +
                "/memory.pickle'");
@@ -81,7 +86,7 @@ TEST_CASE("a slab's spill and an arena's OOMs are explained; outputs are announc
   std::filesystem::remove(html);
 }
 
-TEST_CASE("shared traces with --json and --html") {
+TEST_CASE("shared traces with --json and --html", "[traces]") {
   std::string json = scratch("test.json"), html = scratch("test.html");
   auto r = run("--no-timing --allocators pool-contiguous,upstream --json " + json + " --html " + html + " '" +
                traces() + "/memory.pickle' '" + traces() + "/pangu_2.6B.csv'");
@@ -106,7 +111,7 @@ TEST_CASE("shared traces with --json and --html") {
   std::filesystem::remove(html);
 }
 
-TEST_CASE("replayed as steps (--steps N): each trace replayed as steps, pool-planned's plan beside the online pool") {
+TEST_CASE("replayed as steps (--steps N): each trace replayed as steps, pool-planned's plan beside the online pool", "[traces]") {
   std::string html = scratch("steps.html"), json = scratch("steps.json");
   auto r = run("--no-timing --steps 3 --allocators pool-contiguous,pool-planned --html " + html + " --json " + json +
                " '" + traces() + "/memory.pickle'");
@@ -136,7 +141,7 @@ TEST_CASE("replayed as steps (--steps N): each trace replayed as steps, pool-pla
   }
 }
 
-TEST_CASE("bad input: clear errors and exit codes, never a crash") {
+TEST_CASE("bad input: clear errors and exit codes, never a crash", "[traces]") {
   auto missing = run("/nonexistent.pickle");
   CHECK(missing.status == 1);
   CHECK(missing.out.find("/nonexistent.pickle: no such file") != std::string::npos);

@@ -253,7 +253,7 @@ TEST_CASE("restricted unpickler: built-in values only, hostile input refused") {
 
 // ---- the real traces ------------------------------------------------------------------
 
-TEST_CASE("real: memory.pickle (PyTorch snapshot from process start)") {
+TEST_CASE("real: memory.pickle (PyTorch snapshot from process start)", "[traces]") {
   const trace& t = real("memory.pickle");
   CHECK(t.format == "pytorch-snapshot");
   CHECK(t.allocs() == 7946);
@@ -268,7 +268,7 @@ TEST_CASE("real: memory.pickle (PyTorch snapshot from process start)") {
   CHECK(t.recorded_reserved.front().reserved_bytes == 0);
 }
 
-TEST_CASE("real: medium_1024 snapshot (window with blocks live at the start)") {
+TEST_CASE("real: medium_1024 snapshot (window with blocks live at the start)", "[traces]") {
   const trace& t = real("medium_1024_training_memory_snapshot.pickle");
   CHECK(t.allocs() == 7591);
   CHECK(t.frees() == 7370);
@@ -281,7 +281,7 @@ TEST_CASE("real: medium_1024 snapshot (window with blocks live at the start)") {
   CHECK(*t.recorded_peak_reserved == Approx(25.2e9).epsilon(0.01));
 }
 
-TEST_CASE("real: pangu_2.6B.csv (lifetimes), peak checked by a sweep") {
+TEST_CASE("real: pangu_2.6B.csv (lifetimes), peak checked by a sweep", "[traces]") {
   const trace& t = real("pangu_2.6B.csv");
   CHECK(t.allocs() == 18692);
   CHECK(t.frees() == 18692);

@@ -67,7 +67,7 @@ TEST_CASE("gzip: a Kineto trace reads the same compressed and plain") {
   CHECK(error_of(corrupt).find("t.json.gz: gzip: corrupt or truncated data at compressed byte") != std::string::npos);
 }
 
-TEST_CASE("real: df_index_resolver.json.gz (Kineto)") {
+TEST_CASE("real: df_index_resolver.json.gz (Kineto)", "[traces]") {
   const trace& t = real("df_index_resolver.json.gz");
   CHECK(t.format == "kineto");
   CHECK(t.allocs() == 13385);

@@ -51,7 +51,7 @@ std::vector<std::uint64_t> live_at_step_starts(const vram::trace::trace& t) {
 
 }  // namespace
 
-TEST_CASE("repeat_steps: each step is the window, starting from the same live blocks", "[trace]") {
+TEST_CASE("repeat_steps: each step is the window, starting from the same live blocks", "[trace][traces]") {
   const auto& t = vram::test::real("medium_1024_training_memory_snapshot.pickle");  // 664 blocks live at the start
   REQUIRE(t.initial_live > 0);
   auto r = vram::trace::repeat_steps(t, 3);
@@ -99,7 +99,7 @@ TEST_CASE("replay of steps: marks each boundary, measures each step, and times t
   planned.check_invariants();
 }
 
-TEST_CASE("replay of steps: the plan is never worse than the online pool on the shared traces", "[trace]") {
+TEST_CASE("replay of steps: the plan is never worse than the online pool on the shared traces", "[trace][traces]") {
   for (const char* name : {"memory.pickle", "medium_1024_training_memory_snapshot.pickle", "df_index_resolver.json.gz",
                            "pangu_2.6B.csv"}) {
     INFO(name);

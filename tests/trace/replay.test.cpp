@@ -19,6 +19,7 @@
 #include <vram/trace/report.hpp>
 #include <vram/trace/workloads.hpp>
 
+#include "support/real_traces.hpp"
 #include "support/recording_resource.hpp"
 
 using vram::trace::event;
@@ -36,9 +37,7 @@ const trace& real(const std::string& file) {
   static std::map<std::string, trace> cache;
   auto it = cache.find(file);
   if (it == cache.end()) {
-    std::string path = std::string(VRAM_SHARED_TRACES) + "/" + file;
-    if (!std::ifstream(path)) FAIL("the shared trace " << path << " is missing: every machine of this project has it");
-    it = cache.emplace(file, vram::trace::read_trace(path)).first;
+    it = cache.emplace(file, vram::trace::read_trace(vram::test::shared(file))).first;
   }
   return it->second;
 }
@@ -117,7 +116,7 @@ TEST_CASE("every default configuration replays every built-in workload") {
     }
 }
 
-TEST_CASE("real traces replay on the pools with the trace's own peak live and no OOM at 80 GiB") {
+TEST_CASE("real traces replay on the pools with the trace's own peak live and no OOM at 80 GiB", "[traces]") {
   vram::trace::replay_options o;
   o.time_operations = false;
   for (const char* file : {"memory.pickle", "medium_1024_training_memory_snapshot.pickle", "df_index_resolver.json.gz",
@@ -136,7 +135,7 @@ TEST_CASE("real traces replay on the pools with the trace's own peak live and no
   }
 }
 
-TEST_CASE("capacity below peak live: every configuration reports OOMs, none crashes") {
+TEST_CASE("capacity below peak live: every configuration reports OOMs, none crashes", "[traces]") {
   const trace& t = real("memory.pickle");
   vram::trace::replay_options o;
   o.capacity = std::size_t{1} << 30;  // 1 GiB < 1.66 GiB live

@@ -11,7 +11,7 @@
 
 using namespace vram::trace;
 
-TEST_CASE("the generated step of the recorded GPT-2-medium-shaped model peaks within 10% of the recording") {
+TEST_CASE("the generated step of the recorded GPT-2-medium-shaped model peaks within 10% of the recording", "[traces]") {
   // 24 layers of d_model 1024 (fp32 q/k/v/o weights: 4 MiB each, 96 of them, each with two
   // AdamW moments: 288 blocks of 4 MiB live at the start), a SwiGLU of width 4096 (3 x 24 x 3
   // blocks of 16 MiB), RMSNorm (147 blocks of 4 KiB: 49 norm weights x 3), separate embedding
