@@ -212,6 +212,63 @@ TEST_CASE("a quota: the tenant, its usage and limit, and the limit that would se
   q.check_invariants();
 }
 
+TEST_CASE("a quota: freeing is proposed only up to what the tenant holds") {
+  auto reg = std::make_shared<vram::tenant_registry>();
+  vram::tenant bob = reg->create("bob");
+  vram::quota_adaptor<vram::host_source> q(vram::host_source{}, reg);
+  q.set_hard_limit(bob, 8 * MiB);
+  vram::tenant_scope scope(bob);
+  const std::string name = "tenant 'bob' (id " + std::to_string(bob.id) + ")";
+  {  // a request above the limit itself, nothing held: no freeing can serve it
+    std::string text = explained([&] { (void)q.allocate_sync(16 * MiB); }, vram::out_of_memory::reason::quota);
+    INFO(text);
+    CHECK(text.find("16.00 MiB requested by " + name + ".") != std::string::npos);
+    CHECK(text.find("the request alone is larger than that limit") != std::string::npos);
+    CHECK(text.find("a hard limit of at least 16.00 MiB for " + name) != std::string::npos);
+    CHECK(text.find("pieces live at once of at most 8.00 MiB.") != std::string::npos);
+    CHECK(text.find("freeing") == std::string::npos);
+    CHECK(text.find("tenant id") == std::string::npos);
+  }
+  void* a = q.allocate_sync(3 * MiB);
+  {  // above the limit, 3 MiB held: the room left now, all of it once freed
+    std::string text = explained([&] { (void)q.allocate_sync(16 * MiB); }, vram::out_of_memory::reason::quota);
+    INFO(text);
+    CHECK(text.find("at most 5.00 MiB (8.00 MiB once " + name + " frees what it holds).") != std::string::npos);
+  }
+  {  // within the limit: freeing what is missing, which the tenant holds
+    std::string text = explained([&] { (void)q.allocate_sync(6 * MiB); }, vram::out_of_memory::reason::quota);
+    INFO(text);
+    CHECK(text.find("or freeing 1.00 MiB of the 3.00 MiB that " + name + " holds.") != std::string::npos);
+  }
+  q.deallocate_sync(a, 3 * MiB);
+  q.check_invariants();
+}
+
+TEST_CASE("a quota: a child's request refused by its parent's limit names both tenants the same way") {
+  auto reg = std::make_shared<vram::tenant_registry>();
+  vram::tenant team = reg->create("team");
+  vram::tenant alice = reg->create("alice", team);
+  vram::quota_adaptor<vram::host_source> q(vram::host_source{}, reg);
+  q.set_hard_limit(team, 4 * MiB);
+  vram::tenant_scope scope(alice);
+  void* a = q.allocate_sync(3 * MiB);
+  try {
+    (void)q.allocate_sync(2 * MiB);
+    FAIL("no quota_exceeded");
+  } catch (const vram::quota_exceeded& e) {
+    CHECK(std::string(e.requester_name()) == "alice");
+    std::string text = e.explain();
+    INFO(text);
+    CHECK(text.find("requested by tenant 'alice' (id " + std::to_string(alice.id) + ").") != std::string::npos);
+    CHECK(text.find("cause: tenant 'team' (id " + std::to_string(team.id) + ") uses 3.00 MiB of its 4.00 MiB") !=
+          std::string::npos);
+    CHECK(text.find("freeing 1.00 MiB of the 3.00 MiB that tenant 'team'") != std::string::npos);
+    CHECK(std::string(e.what()).find("by tenant 'alice' (id " + std::to_string(alice.id) + ")") != std::string::npos);
+  }
+  q.deallocate_sync(a, 3 * MiB);
+  q.check_invariants();
+}
+
 TEST_CASE("who holds the memory: a tracker names the top tenants and tags by live bytes") {
   auto reg = std::make_shared<vram::tenant_registry>();
   vram::tenant serving = reg->create("serving");

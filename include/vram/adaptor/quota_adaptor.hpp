@@ -261,7 +261,8 @@ class quota_adaptor
                                       const detail::adaptor::charge_result& c) {
     state_->ooms.fetch_add(1, std::memory_order_relaxed);
     observer_.on_out_of_memory(bytes, s, vram::stats{});
-    detail::throw_quota_exceeded(name(), bytes, s, requester, c.limited, book().name(c.limited), c.limit, c.usage);
+    detail::throw_quota_exceeded(name(), bytes, s, requester, c.limited, book().name(c.limited), c.limit, c.usage,
+                                 book().name(requester));
   }
 
   /// Runs the soft-limit callback for each level of t's chain whose bit is set in `crossed`.

@@ -247,19 +247,30 @@ class out_of_memory : public std::bad_alloc {
 /// `limited` (the requester or one of its ancestors) past its hard limit. Allocates nothing.
 class quota_exceeded : public out_of_memory {
  public:
-  /// `resource` and `tenant_name` must outlive the exception (literals, registry names).
+  /// `resource`, `tenant_name` (the limited tenant's) and `requester_name` must outlive the
+  /// exception (literals, registry names); a null `requester_name` is "id N" unless the
+  /// requester is the limited tenant.
   quota_exceeded(const char* resource, std::size_t bytes, stream_ref stream, tenant requester, tenant limited,
-                 const char* tenant_name, std::size_t limit, std::size_t usage) noexcept
+                 const char* tenant_name, std::size_t limit, std::size_t usage,
+                 const char* requester_name = nullptr) noexcept
       : out_of_memory(resource, bytes, stream),
         requester_(requester),
         limited_(limited),
         tenant_name_(tenant_name),
+        requester_name_(requester_name != nullptr || requester.id != limited.id ? requester_name : tenant_name),
         limit_(limit),
         usage_(usage) {
-    std::snprintf(message_, sizeof message_,
-                  "vram: out of memory (quota exceeded) in %s: tenant '%s' (id %u) uses %zu of its %zu byte limit; %zu bytes "
-                  "requested by tenant id %u",
-                  resource, tenant_name, limited.id, usage, limit, bytes, requester.id);
+    if (requester.id == limited.id)
+      std::snprintf(message_, sizeof message_,
+                    "vram: out of memory (quota exceeded) in %s: %zu bytes requested by tenant '%s' (id %u), which "
+                    "uses %zu of its %zu byte limit",
+                    resource, bytes, tenant_name, limited.id, usage, limit);
+    else
+      std::snprintf(message_, sizeof message_,
+                    "vram: out of memory (quota exceeded) in %s: %zu bytes requested by tenant '%s' (id %u); tenant "
+                    "'%s' (id %u) uses %zu of its %zu byte limit",
+                    resource, bytes, requester_name_ != nullptr ? requester_name_ : "?", requester.id, tenant_name,
+                    limited.id, usage, limit);
   }
 
   /// The tenant the request was made for.
@@ -267,23 +278,49 @@ class quota_exceeded : public out_of_memory {
   /// The tenant whose hard limit refused it (the requester or an ancestor).
   [[nodiscard]] tenant limited_tenant() const noexcept { return limited_; }
   [[nodiscard]] const char* tenant_name() const noexcept { return tenant_name_; }
+  /// The requester's name (null where the thrower did not give it).
+  [[nodiscard]] const char* requester_name() const noexcept { return requester_name_; }
   [[nodiscard]] std::size_t limit() const noexcept { return limit_; }
   /// The limited tenant's usage when the request was refused (without the request).
   [[nodiscard]] std::size_t usage() const noexcept { return usage_; }
 
   [[nodiscard]] reason cause() const noexcept override { return reason::quota; }
+  /// Every tenant as "tenant 'NAME' (id N)". The remedies are the ones that can work: a
+  /// request above the limit itself needs a higher limit or a smaller request (freeing cannot
+  /// make room the limit does not have); otherwise freeing what the limited tenant holds,
+  /// which is then at least what is missing (usage + bytes - limit <= usage when bytes <= limit).
   [[nodiscard]] std::string explain() const override {
-    return std::string("vram: out of memory (quota exceeded) in ") + resource() + ": " + format_bytes(bytes()) +
-           " requested by tenant id " + std::to_string(requester_.id) + ".\ncause: tenant '" + tenant_name_ + "' (id " +
-           std::to_string(limited_.id) + ") uses " + format_bytes(usage_) + " of its " + format_bytes(limit_) +
-           " hard limit.\nwould serve it: a hard limit of at least " + format_bytes(usage_ + bytes()) + ", or freeing " +
-           format_bytes(usage_ + bytes() - limit_) + " of what '" + tenant_name_ + "' holds." + held_by();
+    const std::string limited = tenant_text(tenant_name_, limited_);
+    std::string s = std::string("vram: out of memory (quota exceeded) in ") + resource() + ": " +
+                    format_bytes(bytes()) + " requested by " + tenant_text(requester_name_, requester_) +
+                    ".\ncause: " + limited + " uses " + format_bytes(usage_) + " of its " + format_bytes(limit_) +
+                    " hard limit";
+    const std::string raise = "a hard limit of at least " + format_bytes(usage_ + bytes()) + " for " + limited;
+    if (bytes() > limit_) {
+      // Room under the limit: what is left of it now, or all of it once the tenant's memory is freed.
+      s += ", and the request alone is larger than that limit.\nwould serve it: " + raise +
+           ", or the request split into pieces live at once of at most ";
+      if (usage_ == 0) s += format_bytes(limit_) + ".";
+      else if (usage_ < limit_)
+        s += format_bytes(limit_ - usage_) + " (" + format_bytes(limit_) + " once " + limited + " frees what it holds).";
+      else s += format_bytes(limit_) + " once " + limited + " frees what it holds.";
+    } else {
+      s += ".\nwould serve it: " + raise + ", or freeing " + format_bytes(usage_ + bytes() - limit_) + " of the " +
+           format_bytes(usage_) + " that " + limited + " holds.";
+    }
+    return s + held_by();
   }
 
  private:
+  static std::string tenant_text(const char* name, tenant t) {
+    return (name != nullptr ? "tenant '" + std::string(name) + "' (id " : std::string("tenant (id ")) +
+           std::to_string(t.id) + ")";
+  }
+
   tenant requester_;
   tenant limited_;
   const char* tenant_name_;
+  const char* requester_name_;
   std::size_t limit_;
   std::size_t usage_;
 };

@@ -24,8 +24,9 @@ namespace vram::detail {
 [[noreturn, gnu::cold, gnu::noinline]] inline void throw_quota_exceeded(const char* resource, std::size_t bytes,
                                                                       stream_ref stream, tenant requester,
                                                                       tenant limited, const char* tenant_name,
-                                                                      std::size_t limit, std::size_t usage) {
-  throw quota_exceeded(resource, bytes, stream, requester, limited, tenant_name, limit, usage);
+                                                                      std::size_t limit, std::size_t usage,
+                                                                      const char* requester_name = nullptr) {
+  throw quota_exceeded(resource, bytes, stream, requester, limited, tenant_name, limit, usage, requester_name);
 }
 
 [[noreturn, gnu::cold, gnu::noinline]] inline void throw_budgets_exhausted(const char* resource, std::size_t bytes,
