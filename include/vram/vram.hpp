@@ -25,12 +25,15 @@
 #include <vram/core/tenant.hpp>
 #include <vram/core/tenant_id.hpp>
 
-// source/
-#include <vram/source/cuda_async_source.hpp>
-#include <vram/source/cuda_device_source.hpp>
-#include <vram/source/cuda_managed_source.hpp>
-#include <vram/source/cuda_pinned_source.hpp>
-#include <vram/source/cuda_vmm_source.hpp>
+// source/ (the CUDA ones refuse to compile where VRAM_HAS_CUDA is not set)
+#include <vram/core/config.hpp>
+#if VRAM_HAS_CUDA
+#  include <vram/source/cuda_async_source.hpp>
+#  include <vram/source/cuda_device_source.hpp>
+#  include <vram/source/cuda_managed_source.hpp>
+#  include <vram/source/cuda_pinned_source.hpp>
+#  include <vram/source/cuda_vmm_source.hpp>
+#endif
 #include <vram/source/host_source.hpp>
 #include <vram/source/simulated_device_source.hpp>
 

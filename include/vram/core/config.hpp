@@ -14,6 +14,10 @@
 #    define VRAM_HAS_CUDA 1
 #  else
 #    define VRAM_HAS_CUDA 0
+// Nobody chose: the CUDA-only headers refuse to compile rather than compile to nothing
+// (source/detail/cuda_only.hpp). A build that defines VRAM_HAS_CUDA=0 itself (vram::vram
+// configured without the toolkit) has chosen, and gets them empty.
+#    define VRAM_DETAIL_CUDA_NOT_CHOSEN 1
 #  endif
 #endif
 

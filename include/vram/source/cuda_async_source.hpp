@@ -1,6 +1,8 @@
 #pragma once
 // vram::cuda_async_source: cudaMallocAsync on a cudaMemPool_t of its own (the driver's pool).
 
+#include <vram/source/detail/cuda_only.hpp>  // first: stops a build without CUDA with a message
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>

@@ -1,6 +1,8 @@
 #pragma once
 // vram::cuda_device_source: device memory from cudaMalloc / cudaFree.
 
+#include <vram/source/detail/cuda_only.hpp>  // first: stops a build without CUDA with a message
+
 #include <cstddef>
 
 #include <vram/core/concepts.hpp>

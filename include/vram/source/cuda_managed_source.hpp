@@ -1,6 +1,8 @@
 #pragma once
 // vram::cuda_managed_source: unified memory from cudaMallocManaged.
 
+#include <vram/source/detail/cuda_only.hpp>  // first: stops a build without CUDA with a message
+
 #include <cstddef>
 
 #include <vram/core/concepts.hpp>

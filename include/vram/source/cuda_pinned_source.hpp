@@ -1,6 +1,8 @@
 #pragma once
 // vram::cuda_pinned_source: page-locked, mapped host memory (cudaHostAlloc) that kernels can read.
 
+#include <vram/source/detail/cuda_only.hpp>  // first: stops a build without CUDA with a message
+
 #include <cstddef>
 
 #include <vram/core/concepts.hpp>

@@ -2,6 +2,8 @@
 // vram::cuda_vmm_source: one reserved, growable range of device memory built with the CUDA
 // virtual memory management calls (what PyTorch calls expandable segments).
 
+#include <vram/source/detail/cuda_only.hpp>  // first: stops a build without CUDA with a message
+
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
