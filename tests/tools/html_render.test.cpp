@@ -183,6 +183,18 @@ TEST_CASE("vram-replay's report: each figure alone is drawn, the tenants stacked
   WARN("screenshot: " << png.string());
 }
 
+TEST_CASE("vram-replay's report opens with the verdict: the C++ type to write, per trace") {
+  namespace fs = std::filesystem;
+  fs::path html = fs::absolute("vram_replay_verdict.html");
+  REQUIRE(std::system((std::string("'") + VRAM_REPLAY_EXE + "' --no-timing --html '" + html.string() + "' > /dev/null 2>&1").c_str()) == 0);
+  const std::string dom = rendered_dom(html, "");
+  const std::size_t verdict = dom.find("<h2>Verdict</h2>"), first_trace = dom.find("<section class=\"trace\"");
+  REQUIRE(verdict != std::string::npos);
+  CHECK(verdict < first_trace);  // at the top, before the first trace's table
+  CHECK(dom.find("vram::stream_pool&lt;vram::cuda_vmm_source&gt; (pool-contiguous): ") < first_trace);
+  CHECK(dom.find("kv-cache-inference") < first_trace);  // one verdict per trace
+}
+
 TEST_CASE("vram-fit --html renders in headless chromium, what fills the card drawn per allocator") {
   namespace fs = std::filesystem;
   fs::path html = fs::absolute("vram_fit_render.html"), png = fs::absolute("vram_fit_answer.png");

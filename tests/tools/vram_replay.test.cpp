@@ -65,10 +65,13 @@ TEST_CASE("no arguments: built-in workloads, a real comparison") {
   CHECK(r.out.find("kv-cache-inference") != std::string::npos);
   for (const char* a : {"pool-contiguous", "pool-segments", "arena", "upstream"}) CHECK(r.out.find(a) != std::string::npos);
   CHECK(r.out.find("lowest reserved: pool-contiguous") != std::string::npos);  // a verdict per trace
-  // ... naming the C++ type to write, why, and what the others cost
-  CHECK(r.out.find("verdict: vram::stream_pool<vram::cuda_vmm_source> (pool-contiguous): ") != std::string::npos);
-  CHECK(r.out.find(" of peak live, ") != std::string::npos);
+  // ... naming the C++ type to write, why, and what the others cost (which pool is fastest
+  // within 1% of the fewest bytes depends on the run's timing: the recompute trace has one)
+  CHECK(r.out.find("verdict: vram::stream_pool<vram::cuda_vmm_source> (pool-contiguous): 1.028 of peak live, the fewest "
+                   "bytes reserved, ") != std::string::npos);
   CHECK(r.out.find("; the others: pool-segments ") != std::string::npos);
+  CHECK(r.out.find("arena 4.614 at ") != std::string::npos);
+  CHECK(r.out.find("(a bump allocator: each chunk is held until every block in it is freed") != std::string::npos);
   CHECK(r.out.find("(columns: docs/replay.md") != std::string::npos);
 }
 

@@ -64,12 +64,13 @@ struct no_note {
 /// stream, or (`on_streams` false, for stream-bound allocators) all on the synchronous stream.
 /// `annotate(allocator, result)` runs after the replay, before the allocator is destroyed.
 template <class Make, class Annotate = no_note>
-replay_result run_with(const char* name, const trace& t, const replay_options& o, Make&& make, bool on_streams = true,
-                       Annotate&& annotate = {}) {
+replay_result run_with(const char* name, const char* code, const trace& t, const replay_options& o, Make&& make,
+                       bool on_streams = true, Annotate&& annotate = {}) {
   trace_streams streams(on_streams ? t.streams : 0);
   auto allocator = make();
   auto result = replay(t, *allocator, [&] { return allocator->stats(); }, streams.refs, o);
   result.allocator = name;
+  result.code = code;
   annotate(*allocator, result);
   return result;
 }
@@ -95,7 +96,7 @@ inline std::string describe(const plan_summary& s) {
 inline allocator_config pool_contiguous_config() {
   return {"pool-contiguous", "stream_pool on a contiguous simulated device (cuda_vmm_source-like), growing on demand",
           [](const trace& t, const replay_options& o) {
-            return detail::run_with("pool-contiguous", t, o, [&] {
+            return detail::run_with("pool-contiguous", "vram::stream_pool<vram::cuda_vmm_source>", t, o, [&] {
               return std::make_unique<stream_pool<simulated_device_source>>(detail::device(o.capacity, true),
                                                                             stream_pool_options{});
             });
@@ -107,7 +108,7 @@ inline allocator_config pool_contiguous_config() {
 inline allocator_config pool_no_bins_config() {
   return {"pool-no-bins", "stream_pool on a contiguous simulated device, no per-stream bins (small_max = 0): best fit for every block",
           [](const trace& t, const replay_options& o) {
-            return detail::run_with("pool-no-bins", t, o, [&] {
+            return detail::run_with("pool-no-bins", "vram::stream_pool<vram::cuda_vmm_source> with stream_pool_options{.small_max = 0}", t, o, [&] {
               return std::make_unique<stream_pool<simulated_device_source>>(detail::device(o.capacity, true),
                                                                             stream_pool_options{.small_max = 0});
             });
@@ -124,7 +125,7 @@ inline allocator_config pool_planned_config() {
           [](const trace& t, const replay_options& o) {
             using pool = planned_pool<simulated_device_source>;
             return detail::run_with(
-                "pool-planned", t, o, [&] { return std::make_unique<pool>(detail::device(o.capacity, true)); }, true,
+                "pool-planned", "vram::planned_pool<vram::cuda_vmm_source>", t, o, [&] { return std::make_unique<pool>(detail::device(o.capacity, true)); }, true,
                 [](const pool& p, replay_result& r) { r.note = detail::describe(p.summary()); });
           }};
 }
@@ -134,7 +135,7 @@ inline allocator_config pool_planned_config() {
 inline allocator_config pool_segments_config() {
   return {"pool-segments", "stream_pool on cudaMalloc-like segments (20 MiB growth step, no merging across segments)",
           [](const trace& t, const replay_options& o) {
-            return detail::run_with("pool-segments", t, o, [&] {
+            return detail::run_with("pool-segments", "vram::stream_pool<vram::cuda_device_source> with stream_pool_options{.growth_step = 20 << 20}", t, o, [&] {
               return std::make_unique<stream_pool<simulated_device_source>>(
                   detail::device(o.capacity, false), stream_pool_options{.growth_step = std::size_t{20} << 20});
             });
@@ -147,7 +148,7 @@ inline allocator_config pool_segments_config() {
 inline allocator_config arena_config() {
   return {"arena", "activation_arena (64 MiB chunks) on a contiguous simulated device",
           [](const trace& t, const replay_options& o) {
-            return detail::run_with("arena", t, o, [&] {
+            return detail::run_with("arena", "vram::activation_arena<vram::cuda_vmm_source>", t, o, [&] {
               return std::make_unique<activation_arena<simulated_device_source>>(detail::device(o.capacity, true));
             }, false);
           }};
@@ -161,7 +162,7 @@ inline allocator_config slab_config() {
   return {"slab", "budget_slab: the capacity as a fixed device budget, spilling to (simulated) host memory",
           [](const trace& t, const replay_options& o) {
             using slab = budget_slab<simulated_device_source, simulated_device_source>;
-            return detail::run_with("slab", t, o, [&] {
+            return detail::run_with("slab", "vram::budget_slab<vram::cuda_device_source, vram::cuda_pinned_source>", t, o, [&] {
               return std::make_unique<slab>(detail::device(o.capacity, false),
                                             detail::device(std::size_t{1} << 40, false),
                                             budget_slab_options{.device_budget = o.capacity});
@@ -177,6 +178,7 @@ inline allocator_config upstream_config() {
             auto dev = detail::device(o.capacity, false);
             auto result = replay(t, dev, [&] { return dev.stats(); }, streams.refs, o);
             result.allocator = "upstream";
+            result.code = "vram::cuda_device_source (cudaMalloc per allocation)";
             return result;
           }};
 }
@@ -188,7 +190,7 @@ inline allocator_config rmm_pool_model_config() {
           "RMM's pool algorithm rebuilt (address-ordered lists: O(n) best fit and coalescing; growth by doubling on "
           "cudaMalloc-like segments; no CUDA events)",
           [](const trace& t, const replay_options& o) {
-            return detail::run_with("rmm-pool-model", t, o, [&] {
+            return detail::run_with("rmm-pool-model", "rmm::mr::pool_memory_resource (RMM itself; modelled here)", t, o, [&] {
               return std::make_unique<peers::rmm_pool_model<simulated_device_source>>(detail::device(o.capacity, false));
             });
           }};

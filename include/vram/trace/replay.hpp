@@ -72,6 +72,7 @@ struct step_figures {
 struct replay_result {
   std::string trace;
   std::string allocator;
+  std::string code;   ///< the C++ a user writes for this allocator on a GPU ("" where none is given)
   std::string error;  ///< non-empty when the configuration could not run (e.g. no GPU)
   std::size_t events = 0, allocs = 0, frees = 0;
   std::size_t ooms = 0;  ///< allocations the allocator refused at this capacity (skipped, frees ignored)

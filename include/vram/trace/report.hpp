@@ -29,6 +29,55 @@ inline const char* why_ooms(const replay_result& r) {
   return "the capacity (--capacity) was exhausted even after releasing free memory";
 }
 
+/// The run that reserved the fewest bytes among those that served every allocation from the
+/// device (a spilled run did not fit); nullptr where none did.
+inline const replay_result* lowest_reserved(const std::vector<replay_result>& results) {
+  const replay_result* best = nullptr;
+  for (const auto& r : results)
+    if (r.error.empty() && r.ooms == 0 && r.peak_spilled_bytes == 0 && r.peak_live_bytes != 0 &&
+        (best == nullptr || r.peak_reserved_bytes < best->peak_reserved_bytes))
+      best = &r;
+  return best;
+}
+
+/// Which allocator to write, and why, in one line: among the runs that fit, those within 1% of
+/// the fewest bytes reserved, the fastest (p50, where timed); then what the others cost. The
+/// C++ type comes first, the configuration's name after it.
+inline std::string verdict(const std::vector<replay_result>& results) {
+  const replay_result* lowest = lowest_reserved(results);
+  if (lowest == nullptr) return "none: no allocator served every allocation from the device at this capacity";
+  const replay_result* pick = lowest;
+  for (const auto& r : results)
+    if (r.error.empty() && r.ooms == 0 && r.peak_spilled_bytes == 0 && r.ns_per_op_p50 > 0 && pick->ns_per_op_p50 > 0 &&
+        double(r.peak_reserved_bytes) <= 1.01 * double(lowest->peak_reserved_bytes) && r.ns_per_op_p50 < pick->ns_per_op_p50)
+      pick = &r;
+  char buf[256];
+  std::string out = (pick->code.empty() ? pick->allocator : pick->code + " (" + pick->allocator + ")") + ": ";
+  std::snprintf(buf, sizeof buf, "%.3f of peak live", pick->reserved_per_live());
+  out += buf;
+  out += pick == lowest ? ", the fewest bytes reserved" : ", within 1% of the fewest (" + lowest->allocator + ") and faster";
+  if (pick->ns_per_op_p50 > 0) {
+    std::snprintf(buf, sizeof buf, ", %.0f ns per operation (p50)", pick->ns_per_op_p50);
+    out += buf;
+  }
+  std::string others;
+  for (const auto& r : results) {
+    if (&r == pick || !r.error.empty()) continue;
+    if (r.ooms != 0) {
+      std::snprintf(buf, sizeof buf, "%s ran out of memory", r.allocator.c_str());
+    } else if (r.ns_per_op_p50 > 0) {
+      std::snprintf(buf, sizeof buf, "%s %.3f at %.0f ns", r.allocator.c_str(), r.reserved_per_live(), r.ns_per_op_p50);
+    } else {
+      std::snprintf(buf, sizeof buf, "%s %.3f", r.allocator.c_str(), r.reserved_per_live());
+    }
+    others += (others.empty() ? "" : ", ") + std::string(buf);
+    if (r.allocator == "arena" && r.ooms == 0 && r.reserved_per_live() > 1.5)
+      others += " (a bump allocator: each chunk is held until every block in it is freed; for one step's activations)";
+  }
+  if (!others.empty()) out += "; the others: " + others;
+  return out;
+}
+
 inline void print_table(std::ostream& out, const trace& t, const std::vector<replay_result>& results) {
   char line[512];
   out << "\n== " << t.name << " (" << t.format << "): " << t.allocs() << " allocs, " << t.frees() << " frees";
@@ -76,17 +125,12 @@ inline void print_table(std::ostream& out, const trace& t, const std::vector<rep
   }
   for (const auto& r : results)
     if (r.error.empty() && !r.note.empty()) out << "(" << r.allocator << ": " << r.note << ")\n";
-  // The verdict: the fewest bytes reserved among the runs that served every allocation from
-  // the device (a spilled run did not fit).
-  const replay_result* best = nullptr;
-  for (const auto& r : results)
-    if (r.error.empty() && r.ooms == 0 && r.peak_spilled_bytes == 0 && r.peak_live_bytes != 0 &&
-        (best == nullptr || r.peak_reserved_bytes < best->peak_reserved_bytes))
-      best = &r;
+  const replay_result* best = lowest_reserved(results);
   if (best != nullptr) {
     std::snprintf(line, sizeof line, "%.3f", best->reserved_per_live());
     out << "lowest reserved: " << best->allocator << ", " << line << " of peak live (" << format_bytes(double(best->peak_reserved_bytes))
         << " for " << format_bytes(double(best->peak_live_bytes)) << ")\n";
+    out << "verdict: " << verdict(results) << "\n";
   } else {
     out << "no allocator served every allocation from the device at this capacity\n";
   }
@@ -289,6 +333,10 @@ inline void write_html(std::ostream& out, const std::vector<std::pair<const trac
          "<p>Peak live is the lower bound no allocator can beat; peak reserved is what each allocator held from "
          "the (simulated) device. Waste = 1 - live / reserved. Drag across a timeline to zoom into those events "
          "(every timeline of the trace follows); double-click to see them all.</p>\n";
+  out << "<section id=\"verdicts\"><h2>Verdict</h2>\n";
+  for (const auto& [t, results] : runs)
+    out << "<p class=\"verdict\"><b>" << escape_html(t->name) << "</b>: " << escape_html(verdict(results)) << "</p>\n";
+  out << "</section>\n";
   for (std::size_t k = 0; k < runs.size(); ++k) {
     const auto& [t, results] = runs[k];
     const std::string id = "t" + std::to_string(k);
