@@ -4,9 +4,12 @@ Run: VRAM_C_LIBRARY=<build>/capi/libvram_c.so python3 -m unittest discover -s py
 (the CTest test python.vram does this against the build's library)."""
 
 import ctypes
+import ctypes.util
 import importlib
 import os
 import pickle
+import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -154,6 +157,53 @@ class VramTest(unittest.TestCase):
                 os.environ.pop("VRAM_PLAN")
                 os.environ["VRAM_ALLOCATOR"] = "pool"
                 vram.shutdown()
+
+
+class LoadTest(unittest.TestCase):
+    """What load() says when VRAM_C_LIBRARY (or its path) is not a loadable libvram_c."""
+
+    def load_in_child(self, library):
+        # A fresh interpreter: this one has libvram_c loaded already.
+        env = dict(os.environ, VRAM_C_LIBRARY=library)
+        code = "import vram\ntry:\n    vram.load()\nexcept vram.VramError as e:\n    print(e)\nelse:\n    print('loaded')"
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+
+    def test_a_file_that_is_not_a_library_is_reported_with_the_loaders_reason(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".so") as f:
+            f.write("not a shared library\n")
+            f.flush()
+            message = self.load_in_child(f.name)
+            try:
+                ctypes.CDLL(f.name)
+                self.fail("ctypes loaded a text file")
+            except OSError as e:
+                loader_says = str(e)
+        self.assertIn("could not be loaded", message)
+        self.assertIn(f.name, message)
+        self.assertIn(loader_says, message)  # the dynamic loader's own words, e.g. "invalid ELF header"
+        self.assertNotIn("not found", message)
+
+    def test_a_path_that_does_not_exist_is_not_found(self):
+        missing = os.path.join(tempfile.gettempdir(), f"vram-no-such-{os.getpid()}", "libvram_c.so")
+        message = self.load_in_child(missing)
+        self.assertIn("libvram_c not found", message)
+        self.assertIn(missing, message)
+
+    def test_a_library_that_is_not_libvram_c_says_so(self):
+        libc = ctypes.util.find_library("c")
+        message = self.load_in_child(libc)
+        self.assertIn("could not be loaded", message)
+        self.assertIn("not libvram_c", message)
+
+    def test_an_explicit_path_that_fails_keeps_the_loaded_library(self):
+        before = vram.load()
+        with tempfile.NamedTemporaryFile("w", suffix=".so") as f:
+            f.write("garbage")
+            f.flush()
+            with self.assertRaises(vram.VramError) as e:
+                vram.load(f.name)
+        self.assertIn("could not be loaded", str(e.exception))
+        self.assertEqual(vram.library_path(), before)
 
 
 if __name__ == "__main__":

@@ -55,8 +55,9 @@ _path = None
 
 def _candidates():
     env = os.environ.get("VRAM_C_LIBRARY")
-    if env:
+    if env:  # the one asked for, and no other
         yield env
+        return
     found = ctypes.util.find_library("vram_c")
     if found:
         yield found
@@ -72,14 +73,29 @@ def load(path=None):
     if _lib is not None and (path is None or path == _path):
         return _path
     tried = [path] if path else list(_candidates())
+    # Each candidate that was there but did not load, with the loader's reason: such a path
+    # (a file that is not a library, a library missing its own dependencies or of another
+    # architecture) is reported as what it is, never as "not found".
+    failed, missing = [], []
     for candidate in tried:
         try:
             lib = ctypes.CDLL(candidate)
-        except OSError:
+        except OSError as e:
+            if os.path.sep in candidate and not os.path.exists(candidate):
+                missing.append(candidate)
+            else:
+                failed.append(f"{candidate}: {e}")
             continue
-        _declare(lib)
+        try:
+            _declare(lib)
+        except AttributeError as e:
+            failed.append(f"{candidate}: loaded, but it is not libvram_c or not this version of it ({e})")
+            continue
         _lib, _path = lib, candidate
         return candidate
+    if failed:
+        also = f" (not found: {', '.join(missing)})" if missing else ""
+        raise VramError("libvram_c could not be loaded: " + "; ".join(failed) + also)
     raise VramError("libvram_c not found (tried: " + ", ".join(tried) + "); set VRAM_C_LIBRARY to its path")
 
 
