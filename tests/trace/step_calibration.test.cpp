@@ -1,6 +1,7 @@
 // The step generator against recorded reality: the shared training trace of a GPT-2-medium-
 // shaped model (SOURCES.md, file 3), whose shapes are read off its allocation sizes
-// (docs/fit.md, "Calibration"). The predicted peak live must be within 10% of the recorded one.
+// (docs/fit.md, "Calibration"). The predicted peak live must be within 5% of the recorded one;
+// autocast's weight cache is what brings it there (without it the miss is 7.7%).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -11,7 +12,7 @@
 
 using namespace vram::trace;
 
-TEST_CASE("the generated step of the recorded GPT-2-medium-shaped model peaks within 10% of the recording", "[traces]") {
+TEST_CASE("the generated step of the recorded GPT-2-medium-shaped model peaks within 5% of the recording", "[traces]") {
   // 24 layers of d_model 1024 (fp32 q/k/v/o weights: 4 MiB each, 96 of them, each with two
   // AdamW moments: 288 blocks of 4 MiB live at the start), a SwiGLU of width 4096 (3 x 24 x 3
   // blocks of 16 MiB), RMSNorm (147 blocks of 4 KiB: 49 norm weights x 3), separate embedding
@@ -29,5 +30,7 @@ TEST_CASE("the generated step of the recorded GPT-2-medium-shaped model peaks wi
   const std::uint64_t recorded = vram::test::real("medium_1024_training_memory_snapshot.pickle").peak_live_bytes();
   const double error = (double(predicted) - double(recorded)) / double(recorded);
   INFO("predicted " << predicted << ", recorded " << recorded << " bytes: " << error * 100 << "%");
-  CHECK(std::abs(error) <= 0.10);
+  CHECK(std::abs(error) <= 0.05);
+  const auto p = peak_by_category(generate_step(m, o));
+  CHECK(p.at_peak[static_cast<std::size_t>(category::autocast_cache)] == 2 * (24 * m.layer_linear_parameters() + 10000 * 1024));
 }

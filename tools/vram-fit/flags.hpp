@@ -34,12 +34,14 @@ const char* usage =
     "  --layers N --hidden N --heads N [--kv-heads N] --ffn N --vocab N [--positions N]\n"
     "  [--mlp gelu|swiglu] [--biases yes|no] [--tied yes|no]   (each also overrides a preset)\n"
     "run:\n"
-    "  --mode training|lora|inference   (default training: every weight trained)\n"
+    "  --mode training|lora|inference|forward   (default training: every weight trained;\n"
+    "                                   forward: one pass under no_grad, no KV cache)\n"
     "  --batch N --sequence N           sequences per step (inference: concurrent sequences)\n"
     "  --micro-batch N                  gradient accumulation: sequences per forward/backward\n"
-    "  --weights fp32|bf16|int8|int4    (int8/int4: a frozen base only)\n"
+    "  --weights fp32|bf16|int8|int4|nf4|fp4|nf4-dq|fp4-dq   (quantized: a frozen base only;\n"
+    "                                   -dq: bitsandbytes' double quantization of the scales)\n"
     "  --no-autocast                    fp32 activations with fp32 weights\n"
-    "  --optimizer adamw|adamw8bit|sgd|none\n"
+    "  --optimizer adamw|adamw8bit|sgd|none  [--no-foreach]   (foreach: PyTorch's default)\n"
     "  --checkpoint none|every|K        activation checkpointing: every layer, or every K layers\n"
     "  --flash                          attention that never materializes the scores\n"
     "  --lora-rank R  --kv-cache fp32|bf16|int8  --decode-steps N\n"
@@ -93,15 +95,17 @@ number_format parse_format(const std::string& flag, const std::string& text) {
   if (text == "bf16" || text == "fp16") return number_format::bf16;
   if (text == "int8") return number_format::int8;
   if (text == "int4") return number_format::int4;
-  throw usage_error(flag + ": fp32, bf16, int8 or int4, not '" + text + "'");
+  if (text == "nf4") return number_format::nf4;
+  if (text == "fp4") return number_format::fp4;
+  throw usage_error(flag + ": fp32, bf16, int8, int4, nf4 or fp4, not '" + text + "'");
 }
 
 const char* format_name(number_format f) {
-  static const char* names[] = {"fp32", "bf16", "int8", "int4"};
+  static const char* names[] = {"fp32", "bf16", "int8", "int4", "nf4", "fp4"};
   return names[static_cast<int>(f)];
 }
 const char* mode_name(run_mode m) {
-  static const char* names[] = {"training", "lora", "inference"};
+  static const char* names[] = {"training", "lora", "inference", "forward"};
   return names[static_cast<int>(m)];
 }
 const char* optimizer_name(optimizer_kind o) {
@@ -200,7 +204,8 @@ request parse(const std::vector<std::string>& args) {
       if (m == "training" || m == "pretraining" || m == "finetuning") q.run.mode = run_mode::training;
       else if (m == "lora") q.run.mode = run_mode::lora;
       else if (m == "inference") q.run.mode = run_mode::inference;
-      else throw usage_error("--mode: training, lora or inference, not '" + m + "'");
+      else if (m == "forward") q.run.mode = run_mode::forward;
+      else throw usage_error("--mode: training, lora, inference or forward, not '" + m + "'");
     } else if (a == "--batch") {
       q.run.batch = parse_count(a, value());
     } else if (a == "--sequence") {
@@ -208,7 +213,12 @@ request parse(const std::vector<std::string>& args) {
     } else if (a == "--micro-batch") {
       q.run.micro_batch = parse_count(a, value());
     } else if (a == "--weights") {
-      q.run.weights = parse_format(a, value());
+      std::string w = value();
+      q.run.double_quant = w == "nf4-dq" || w == "fp4-dq";
+      if (q.run.double_quant) w.resize(3);
+      q.run.weights = parse_format(a, w);
+    } else if (a == "--no-foreach") {
+      q.run.foreach = false;
     } else if (a == "--no-autocast") {
       q.run.autocast = false;
     } else if (a == "--optimizer") {

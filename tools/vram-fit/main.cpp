@@ -55,7 +55,9 @@ int answer(const request& q) {
   using vram::detail::trace::json_quote;
   out << q.model.name << ": " << q.model.parameters() << " parameters; " << mode_name(q.run.mode) << ", batch "
       << q.run.batch << " x sequence " << q.run.sequence << ", weights " << format_name(q.run.weights);
-  if (q.run.mode != run_mode::inference) out << ", optimizer " << optimizer_name(q.run.optimizer);
+  if (q.run.double_quant) out << "-dq";
+  if (q.run.mode == run_mode::training || q.run.mode == run_mode::lora)
+    out << ", optimizer " << optimizer_name(q.run.optimizer) << (q.run.foreach ? "" : " (single-tensor)");
   out << "\n\n";
   out << "peak live " << gib(double(peak.peak_live)) << " GiB:";
   for (std::size_t i = 0; i < category_count; ++i)

@@ -30,7 +30,7 @@ inline std::vector<remedy> remedies_for(const step_options& r) {
     change(o);
     out.push_back({std::move(name), std::move(cost), o});
   };
-  const bool trains = r.mode != run_mode::inference;
+  const bool trains = r.mode == run_mode::training || r.mode == run_mode::lora;
   if (!r.flash_attention) add("flash attention", "none (a fused kernel; usually faster)", [](auto& o) { o.flash_attention = true; });
   if (trains && r.checkpoint_every != 1)
     add("checkpoint every layer", "recompute: about +33% step time (one more forward)", [](auto& o) { o.checkpoint_every = 1; });
@@ -52,10 +52,14 @@ inline std::vector<remedy> remedies_for(const step_options& r) {
       o.lora_rank = 16;
       if (o.optimizer == optimizer_kind::none) o.optimizer = optimizer_kind::adamw;
     });
-  if (r.mode != run_mode::training && r.weights != number_format::int8 && r.weights != number_format::int4)
+  if (r.mode != run_mode::training && !vram::trace::is_quantized(r.weights))
     add("int8 base", "8-bit weights (precision of the frozen base)", [](auto& o) { o.weights = number_format::int8; });
-  if (r.mode != run_mode::training && r.weights != number_format::int4)
-    add("int4 base", "4-bit weights (precision of the frozen base)", [](auto& o) { o.weights = number_format::int4; });
+  if (r.mode != run_mode::training && r.weights != number_format::int4 && r.weights != number_format::nf4 &&
+      r.weights != number_format::fp4)
+    add("nf4 base", "4-bit weights in 64-weight blocks (precision of the frozen base)", [](auto& o) {
+      o.weights = number_format::nf4;
+      o.double_quant = true;
+    });
   if (r.mode == run_mode::inference && r.kv_cache != number_format::int8)
     add("int8 KV cache", "8-bit keys and values", [](auto& o) { o.kv_cache = number_format::int8; });
   return out;

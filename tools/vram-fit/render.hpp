@@ -26,7 +26,7 @@ class html_page {
  public:
   /// The categories' colours, then fragmentation's.
   static constexpr const char* colours[category_count + 1] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
-                                                              "#9467bd", "#8c564b", "#7f7f7f"};
+                                                              "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
 
   html_page(const request& q, const category_peak& peak) : peak_(peak) {
     using vram::detail::trace::json_quote;

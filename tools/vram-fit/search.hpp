@@ -72,7 +72,8 @@ std::string key_of(const decoder_model& m, const step_options& o) {
   k << m.layers << ' ' << m.hidden << ' ' << m.heads << ' ' << m.kv_heads << ' ' << m.ffn << ' ' << m.vocab << ' '
     << m.positions << ' ' << int(m.mlp) << ' ' << m.biases << ' ' << m.tied_embeddings << " | " << int(o.mode) << ' ' << o.batch << ' ' << o.sequence << ' ' << o.micro_batch << ' ' << int(o.weights) << ' '
     << o.autocast << ' ' << int(o.optimizer) << ' ' << o.checkpoint_every << ' ' << o.flash_attention << ' '
-    << o.lora_rank << ' ' << int(o.kv_cache) << ' ' << o.decode_steps << ' ' << o.steps;
+    << o.lora_rank << ' ' << int(o.kv_cache) << ' ' << o.decode_steps << ' ' << o.steps << ' ' << o.double_quant << ' '
+    << o.foreach;
   return k.str();
 }
 

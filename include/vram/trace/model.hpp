@@ -43,6 +43,7 @@ struct decoder_model {
   struct tensor {
     std::uint64_t elements;
     bool matrix;
+    std::uint64_t rows = 0;  ///< a matrix's output rows (per-row scales of an int8 base)
   };
 
   /// The parameter tensors of one layer, in module order: norm, q, k, v, o, norm, the MLP's
@@ -50,9 +51,10 @@ struct decoder_model {
   [[nodiscard]] std::vector<tensor> layer_tensors() const {
     const std::uint64_t h = hidden, kv = kv_width(), f = ffn;
     const std::uint64_t norm = biases ? 2 * h : h;  // LayerNorm: weight and bias; RMSNorm: weight
-    std::vector<tensor> t = {{norm, false}, {h * h, true}, {h * kv, true}, {h * kv, true}, {h * h, true}, {norm, false}};
-    if (mlp == mlp_kind::gelu) t.insert(t.end(), {{h * f, true}, {f * h, true}});
-    else t.insert(t.end(), {{h * f, true}, {h * f, true}, {f * h, true}});
+    std::vector<tensor> t = {{norm, false},    {h * h, true, h}, {h * kv, true, kv},
+                             {h * kv, true, kv}, {h * h, true, h}, {norm, false}};
+    if (mlp == mlp_kind::gelu) t.insert(t.end(), {{h * f, true, f}, {f * h, true, h}});
+    else t.insert(t.end(), {{h * f, true, f}, {h * f, true, f}, {f * h, true, h}});
     if (biases) t.insert(t.end(), {{h, false}, {kv, false}, {kv, false}, {h, false}, {f, false}, {h, false}});
     return t;
   }
@@ -64,6 +66,13 @@ struct decoder_model {
     t.push_back({biases ? 2 * hidden : hidden, false});
     if (!tied_embeddings) t.push_back({vocab * hidden, false});
     return t;
+  }
+  /// The elements of one layer that linear layers use (their matrices and biases): what
+  /// autocast casts to bf16 and caches.
+  [[nodiscard]] std::uint64_t layer_linear_parameters() const {
+    std::uint64_t n = 0;
+    for (const tensor& x : layer_tensors()) n += x.matrix ? x.elements : 0;
+    return n + (biases ? 3 * hidden + 2 * kv_width() + ffn : 0);
   }
   [[nodiscard]] std::uint64_t layer_parameters() const {
     std::uint64_t n = 0;

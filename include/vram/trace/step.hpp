@@ -22,12 +22,16 @@ enum class run_mode : std::uint8_t {
   training,  ///< every weight trained (pre-training and full fine-tuning alike)
   lora,      ///< a frozen base with low-rank adapters on q, k, v and o
   inference, ///< a KV cache per sequence, prefill then decoding
+  forward,   ///< one forward pass under no_grad: nothing saved, no KV cache
 };
-enum class number_format : std::uint8_t { fp32, bf16, int8, int4 };
+/// Storage of a tensor. int8: LLM.int8's layout (an int8 weight and one fp32 scale per output
+/// row); nf4 and fp4: bitsandbytes' 4-bit layout (two weights a byte and one fp32 absmax per
+/// 64-weight block; 8-bit absmax with double quantization); int4: 4 bits and no scales.
+enum class number_format : std::uint8_t { fp32, bf16, int8, int4, nf4, fp4 };
 enum class optimizer_kind : std::uint8_t {
-  adamw,       ///< two fp32 moments per trained parameter
-  adamw_8bit,  ///< two 8-bit moments (bitsandbytes-style), per trained parameter
-  sgd,         ///< one fp32 momentum per trained parameter
+  adamw,       ///< two moments per trained parameter, in the parameter's dtype
+  adamw_8bit,  ///< bitsandbytes' 8-bit AdamW: two 8-bit moments with an fp32 absmax per 256
+  sgd,         ///< one momentum per trained parameter, in the parameter's dtype
   none,
 };
 
@@ -37,12 +41,38 @@ enum class optimizer_kind : std::uint8_t {
     case number_format::fp32: return 32;
     case number_format::bf16: return 16;
     case number_format::int8: return 8;
-    case number_format::int4: return 4;
+    case number_format::int4:
+    case number_format::nf4:
+    case number_format::fp4: return 4;
   }
   return 32;
 }
 [[nodiscard]] constexpr std::uint64_t bytes_of(number_format f, std::uint64_t elements) noexcept {
   return (elements * bits_of(f) + 7) / 8;
+}
+[[nodiscard]] constexpr bool is_quantized(number_format f) noexcept {
+  return f == number_format::int8 || f == number_format::int4 || f == number_format::nf4 || f == number_format::fp4;
+}
+
+/// bitsandbytes' 4-bit blocks (`quantize_4bit`, blocksize 64) and, with double quantization,
+/// the absmax values quantized to 8 bits in blocks of 256 with an fp32 scale per block.
+inline constexpr std::uint64_t four_bit_block = 64;
+inline constexpr std::uint64_t absmax_block = 256;
+
+/// Bytes of a weight matrix of `elements` in `rows` output rows stored in format `f`.
+[[nodiscard]] constexpr std::uint64_t stored_bytes(number_format f, std::uint64_t elements, std::uint64_t rows,
+                                                   bool double_quant) noexcept {
+  switch (f) {
+    case number_format::int8: return elements + 4 * rows;  // int8 weight, fp32 scale per row (SCB)
+    case number_format::nf4:
+    case number_format::fp4: {
+      const std::uint64_t blocks = (elements + four_bit_block - 1) / four_bit_block;
+      const std::uint64_t scales =
+          double_quant ? blocks + 4 * ((blocks + absmax_block - 1) / absmax_block) + 4 : 4 * blocks;
+      return (elements + 1) / 2 + scales;
+    }
+    default: return bytes_of(f, elements);
+  }
 }
 
 /// What is run, and the remedies applied.
@@ -59,6 +89,10 @@ struct step_options {
   std::uint64_t lora_rank = 16;
   number_format kv_cache = number_format::bf16;
   std::uint64_t decode_steps = 16;  ///< inference: tokens generated after the prefill (at most the sequence)
+  bool double_quant = false;        ///< nf4/fp4: the absmax scales quantized too (bitsandbytes' `*-dq`)
+  /// The optimizer's foreach implementation (PyTorch's default on CUDA): AdamW's temporaries
+  /// for every tensor of the group at once; else one tensor at a time.
+  bool foreach = true;
   int steps = 2;                    ///< optimizer steps (training): the first creates the optimizer state
   /// Training: the loop calls zero_grad() first (`zero_grad(); forward; backward; step()`), so
   /// each step's gradients live on into the next one, which frees them at its start; else last.
@@ -78,7 +112,8 @@ struct step_options {
          "micro_batch (" + std::to_string(micro_batch) + ") must divide batch (" + std::to_string(batch) + ")");
     need(checkpoint_every <= m.layers, "checkpoint_every must be 0 to layers (is " + std::to_string(checkpoint_every) + ")");
     need(mode != run_mode::training || weights == number_format::fp32 || weights == number_format::bf16,
-         "weights int8/int4 need a frozen base (mode lora or inference): trained weights stay fp32 or bf16");
+         "weights int8/int4/nf4/fp4 need a frozen base (mode lora, inference or forward): trained weights stay fp32 or "
+         "bf16");
     need(mode != run_mode::lora || (lora_rank >= 1 && lora_rank <= m.hidden),
          "lora_rank must be 1 to hidden (is " + std::to_string(lora_rank) + ")");
     need(kv_cache == number_format::fp32 || kv_cache == number_format::bf16 || kv_cache == number_format::int8,
@@ -88,10 +123,11 @@ struct step_options {
 };
 
 /// What an allocation is for.
-enum class category : std::uint8_t { weights, gradients, optimizer, activations, temporaries, kv_cache };
-inline constexpr std::size_t category_count = 6;
+/// autocast_cache: the bf16 copies of fp32 weights that torch.autocast caches (docs/fit.md).
+enum class category : std::uint8_t { weights, gradients, optimizer, activations, temporaries, kv_cache, autocast_cache };
+inline constexpr std::size_t category_count = 7;
 inline constexpr std::array<const char*, category_count> category_names = {
-    "weights", "gradients", "optimizer", "activations", "temporaries", "kv_cache"};
+    "weights", "gradients", "optimizer", "activations", "temporaries", "kv_cache", "autocast_cache"};
 
 /// A generated trace and the category of each of its allocations (indexed by event id).
 struct step_trace {
@@ -197,8 +233,9 @@ inline number_format trained_format(const step_options& o) {
 inline std::vector<std::uint64_t> allocate_weights(step_builder& g, const decoder_model& m, const step_options& o) {
   std::vector<std::uint64_t> ids;
   auto put = [&](const decoder_model::tensor& t) {
-    const bool quantized = o.weights == number_format::int8 || o.weights == number_format::int4;
-    ids.push_back(g.alloc(category::weights, bytes_of(quantized && !t.matrix ? number_format::bf16 : o.weights, t.elements)));
+    const bool quantized = is_quantized(o.weights);
+    ids.push_back(g.alloc(category::weights, quantized && !t.matrix ? bytes_of(number_format::bf16, t.elements)
+                                                                    : stored_bytes(o.weights, t.elements, t.rows, o.double_quant)));
   };
   for (const auto& t : m.outer_tensors()) put(t);
   for (std::uint64_t l = 0; l < m.layers; ++l)
@@ -208,19 +245,41 @@ inline std::vector<std::uint64_t> allocate_weights(step_builder& g, const decode
   return ids;
 }
 
+/// Whether torch.autocast caches bf16 copies of the weights: fp32 weights under autocast that
+/// are leaves requiring a gradient (autocast_mode.cpp caches a cast only for those). A frozen
+/// LoRA base does not; its fp32 adapters are too small to count.
+inline bool autocast_caches(const step_options& o) {
+  return o.autocast && o.weights == number_format::fp32 && o.mode != run_mode::lora;
+}
+/// Bytes of the bf16 copies autocast makes of one layer's linear weights, and of the head.
+inline std::uint64_t cached_layer_bytes(const decoder_model& m) { return 2 * m.layer_linear_parameters(); }
+inline std::uint64_t cached_head_bytes(const decoder_model& m) { return 2 * m.vocab * m.hidden; }
+/// A 4-bit base is dequantized to bf16 before each product (bitsandbytes' MatMul4Bit): one
+/// weight at a time, the largest of a layer being the MLP's.
+inline std::uint64_t dequantized_bytes(const decoder_model& m, const step_options& o) {
+  const bool four_bit = o.weights == number_format::nf4 || o.weights == number_format::fp4;
+  return four_bit ? 2 * m.hidden * (m.ffn > m.hidden ? m.ffn : m.hidden) : 0;
+}
+
 /// Inference: a KV cache per layer for every sequence at full length; a prefill of the prompt
 /// (the sequence less the tokens to generate), then one token per sequence per decoding step.
 /// Decoding is capped at the sequence (a sequence of 1 is one decoding step and no prompt).
+/// Forward: one pass of the whole sequence under no_grad, no cache, logits for every token.
+/// Autocast's cached copies of fp32 weights live from their first use to the region's end.
 inline void serve(step_builder& g, const decoder_model& m, const step_options& o) {
   using c = category;
   const std::uint64_t h = m.hidden, kv = m.kv_width(), ab = activation_bytes(o);
-  std::vector<std::uint64_t> caches;
-  for (std::uint64_t l = 0; l < m.layers; ++l)
-    caches.push_back(g.alloc(c::kv_cache, bytes_of(o.kv_cache, 2 * o.batch * o.sequence * kv)));
+  const bool forward_only = o.mode == run_mode::forward;
+  std::vector<std::uint64_t> caches, cast;
+  if (!forward_only)
+    for (std::uint64_t l = 0; l < m.layers; ++l)
+      caches.push_back(g.alloc(c::kv_cache, bytes_of(o.kv_cache, 2 * o.batch * o.sequence * kv)));
   auto pass = [&](std::uint64_t new_tokens, std::uint64_t context) {
     const std::uint64_t t = o.batch * new_tokens, a = t * h * ab;
     std::uint64_t x = g.alloc(c::activations, a);
     for (std::uint64_t l = 0; l < m.layers; ++l) {  // nothing is saved: each layer's temporaries die in it
+      if (autocast_caches(o) && cast.size() == l) cast.push_back(g.alloc(c::autocast_cache, cached_layer_bytes(m)));
+      if (dequantized_bytes(m, o) != 0 && new_tokens > 1) g.free(g.alloc(c::temporaries, dequantized_bytes(m, o)));
       std::uint64_t norm = g.alloc(c::temporaries, a);
       std::uint64_t qkv = g.alloc(c::temporaries, t * (h + 2 * kv) * ab);
       if (!o.flash_attention) g.free(g.alloc(c::temporaries, o.batch * m.heads * new_tokens * context * ab));
@@ -234,13 +293,20 @@ inline void serve(step_builder& g, const decoder_model& m, const step_options& o
       g.free(x);
       x = out;
     }
-    g.free(g.alloc(c::temporaries, o.batch * m.vocab * 4));  // fp32 logits of the last token
+    if (autocast_caches(o) && cast.size() == m.layers) cast.push_back(g.alloc(c::autocast_cache, cached_head_bytes(m)));
+    g.free(g.alloc(c::temporaries, (forward_only ? t : o.batch) * m.vocab * 4));  // fp32 logits (decoding: the last token's)
     g.free(x);
   };
+  if (forward_only) {
+    pass(o.sequence, o.sequence);
+    for (std::uint64_t id : cast) g.free(id);
+    return;
+  }
   const std::uint64_t decode = o.decode_steps < o.sequence ? o.decode_steps : o.sequence;
   const std::uint64_t prompt = o.sequence - decode;
   if (prompt > 0) pass(prompt, prompt);
   for (std::uint64_t s = 0; s < decode; ++s) pass(1, prompt + s + 1);
+  for (std::uint64_t id : cast) g.free(id);
   for (std::uint64_t id : caches) g.free(id);
 }
 
@@ -260,6 +326,7 @@ inline void train(step_builder& g, const decoder_model& m, const step_options& o
   const number_format grad_format = trained_format(o);
   const std::size_t outer = o.mode == run_mode::training ? m.outer_tensors().size() : 0;
   const std::size_t per_layer = o.mode == run_mode::training ? m.layer_tensors().size() : 8;
+  const std::uint64_t dequant = dequantized_bytes(m, o);
 
   // Mixed precision (fp32 weights under autocast) follows autocast's rules: the residual
   // stream stays fp32, norms and the softmax run in fp32, and each matrix product saves the
@@ -317,7 +384,13 @@ inline void train(step_builder& g, const decoder_model& m, const step_options& o
       std::uint64_t x = g.alloc(c::activations, r);  // embedding output: layer 0's input
       std::vector<std::vector<std::uint64_t>> saved(m.layers);
       std::vector<std::uint64_t> checkpoint(m.layers, 0);  // a segment's output, kept as the next one's input
+      // Autocast's bf16 copies of the layer's weights: cached at first use, held after the
+      // region's end by autograd (each product saves its bf16 weight) until the layer's backward.
+      std::vector<std::uint64_t> cast(m.layers, no_grad);
+      const bool caches = autocast_caches(o);
       for (std::uint64_t l = 0; l < m.layers; ++l) {
+        if (caches) cast[l] = g.alloc(c::autocast_cache, cached_layer_bytes(m));
+        if (dequant != 0) g.free(g.alloc(c::temporaries, dequant));
         layer_forward(saved[l]);
         if (k == 0) continue;
         std::uint64_t out = saved[l].back();
@@ -326,22 +399,32 @@ inline void train(step_builder& g, const decoder_model& m, const step_options& o
         if (segment_end(l)) checkpoint[l] = out;
         else g.free(out);
       }
+      const std::uint64_t head_cast = caches ? g.alloc(c::autocast_cache, cached_head_bytes(m)) : no_grad;
+      if (k != 0)  // a checkpointed forward saves nothing: the cache goes when the region ends
+        for (std::uint64_t& id : cast)
+          if (id != no_grad) g.free(std::exchange(id, no_grad));
       std::uint64_t logits = g.alloc(c::activations, t * m.vocab * 4);  // fp32 for the loss
       std::uint64_t grad_logits = g.alloc(c::temporaries, t * m.vocab * 4);
       g.free(logits);
       std::uint64_t grad_x = g.alloc(c::temporaries, a);
       g.free(grad_logits);
+      if (head_cast != no_grad) g.free(head_cast);
       for (std::size_t i = outer; i-- > 0;) grad(i);  // head, final norm, positions, embedding
       for (std::uint64_t l = m.layers; l-- > 0;) {
         if (k != 0 && segment_end(l)) {  // recompute the segment ending here from its input
-          for (std::uint64_t at = l - l % k; at <= l; ++at) layer_forward(saved[at]);
+          for (std::uint64_t at = l - l % k; at <= l; ++at) {
+            if (caches) cast[at] = g.alloc(c::autocast_cache, cached_layer_bytes(m));
+            layer_forward(saved[at]);
+          }
           g.free(checkpoint[l]);  // recomputed: the copy kept by the forward is no longer needed
         }
         for (std::size_t i = per_layer; i-- > 0;) grad(outer + l * per_layer + i);
         std::uint64_t g_mlp = g.alloc(c::temporaries, mlp_bytes);
         if (!o.flash_attention) g.free(g.alloc(c::temporaries, score_bytes));
         g.free(g_mlp);
+        if (dequant != 0) g.free(g.alloc(c::temporaries, dequant));
         free_all(saved[l]);
+        if (cast[l] != no_grad) g.free(std::exchange(cast[l], no_grad));
         std::uint64_t below = g.alloc(c::temporaries, a);  // the gradient for the layer below
         g.free(grad_x);
         grad_x = below;
@@ -351,13 +434,29 @@ inline void train(step_builder& g, const decoder_model& m, const step_options& o
       g.free(tokens);
     }
     if (o.optimizer != optimizer_kind::none) {
+      // State: zeros_like(param) (AdamW's moments, SGD's momentum: the parameter's dtype);
+      // bitsandbytes' 8-bit AdamW: uint8 moments with an fp32 absmax per 256 elements, fp32
+      // moments for tensors under its min_8bit_size of 4096 elements.
       if (state.empty())
         for (std::uint64_t n : trained) {
           const int moments = o.optimizer == optimizer_kind::sgd ? 1 : 2;
-          const std::uint64_t bytes = o.optimizer == optimizer_kind::adamw_8bit ? n : n * 4;
+          const std::uint64_t bytes = o.optimizer != optimizer_kind::adamw_8bit ? bytes_of(grad_format, n)
+                                      : n >= 4096                               ? n + 4 * ((n + 255) / 256)
+                                                                                : 4 * n;
           for (int i = 0; i < moments; ++i) state.push_back(g.alloc(c::optimizer, bytes));
         }
-      for (std::uint64_t n : trained) g.free(g.alloc(c::temporaries, bytes_of(grad_format, n)));  // the update
+      // AdamW's update divides by sqrt(v) + eps, a new tensor per parameter: the foreach
+      // implementation makes them for the whole group at once (_foreach_sqrt), the single-tensor
+      // one a tensor at a time. SGD (no weight decay) and 8-bit AdamW update in place.
+      if (o.optimizer == optimizer_kind::adamw) {
+        std::vector<std::uint64_t> denominators;
+        for (std::uint64_t n : trained) {
+          denominators.push_back(g.alloc(c::temporaries, bytes_of(grad_format, n)));
+          if (!o.foreach) g.free(denominators.back());
+        }
+        if (o.foreach)
+          for (std::uint64_t id : denominators) g.free(id);
+      }
     }
     if (!o.zero_grad_first)
       for (std::uint64_t& id : grads) g.free(std::exchange(id, no_grad));  // zero_grad(set_to_none=True)
@@ -379,7 +478,7 @@ namespace vram::trace {
   o.validate(m);
   detail::trace::step_builder g(m.name);
   std::vector<std::uint64_t> weights = detail::trace::allocate_weights(g, m, o);
-  if (o.mode == run_mode::inference) detail::trace::serve(g, m, o);
+  if (o.mode == run_mode::inference || o.mode == run_mode::forward) detail::trace::serve(g, m, o);
   else detail::trace::train(g, m, o);
   for (std::uint64_t id : weights) g.free(id);
   return std::move(g).finish();
