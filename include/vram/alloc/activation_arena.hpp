@@ -1,6 +1,9 @@
 #pragma once
 // vram::activation_arena: the allocator for activations — bump allocation in chunks, frees in
 // (mostly) reverse order, and an O(1) reset at the end of each training step.
+// One file past 650 lines because what is left here is the class's own code over one state
+// (the chunk list, the top, the out-of-order frees, the steps); a chunk, which stands alone,
+// is in detail/activation_arena/chunk.hpp.
 
 #include <algorithm>
 #include <bit>

@@ -1,6 +1,10 @@
 #pragma once
 // vram::budget_slab: a hard device budget, carved into size-class slabs and page runs, that
 // spills to (mapped, pinned) host memory instead of failing when the budget is full.
+// One file past 650 lines because what is left here is the class's own code: its page table,
+// partial lists, thread caches' registry and spill side are one state under one mutex, which
+// every member below reads. The parts that stand alone are beside it (detail/budget_slab/:
+// constants, size classes, the page table entry and the free-run index; the per-thread caches).
 
 #include <algorithm>
 #include <array>
