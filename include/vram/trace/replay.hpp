@@ -85,6 +85,8 @@ struct replay_result {
   /// are interpolated within the clock's step where it moves in steps (detail::trace::step_quantile:
   /// 10 ns on the dev machines), so that they resolve what the step hides.
   double ns_per_op_p50 = 0, ns_per_op_p99 = 0, ns_per_op_mean = 0;
+  /// Whether any operation was timed (replay_options::time_operations): else the ns figures are 0.
+  bool timed = false;
   /// The timer's own cost: the median of an empty region timed like an operation (two
   /// steady_clock reads, about 20-40 ns on the dev machines, as much as a pool operation),
   /// interpolated the same way.
@@ -259,6 +261,7 @@ replay_result replay(const trace& t, R& r, StatsOf&& stats_of, const std::vector
   out.peak_spilled_bytes = end.peak_spilled_bytes;
   free_live();
   if (ns.count() != 0) {
+    out.timed = true;
     out.ns_per_op_mean = std::max(0.0, ns.mean() - out.ns_clock);
     auto at = [&](double q) { return std::max(0.0, ns.step_quantile(q) - out.ns_clock); };
     out.ns_per_op_p50 = at(0.50);

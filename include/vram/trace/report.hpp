@@ -98,9 +98,14 @@ inline void print_table(std::ostream& out, const trace& t, const std::vector<rep
       out << r.allocator << ": " << r.error << "\n";
       continue;
     }
-    std::snprintf(line, sizeof line, "%-16s %12s %12s %9.3f %6zu %10zu %9.0f %9.0f %12s %14s\n", r.allocator.c_str(),
+    char p50[32] = "-", p99[32] = "-";  // not timed (--no-timing): no figure rather than 0
+    if (r.timed) {
+      std::snprintf(p50, sizeof p50, "%.0f", r.ns_per_op_p50);
+      std::snprintf(p99, sizeof p99, "%.0f", r.ns_per_op_p99);
+    }
+    std::snprintf(line, sizeof line, "%-16s %12s %12s %9.3f %6zu %10zu %9s %9s %12s %14s\n", r.allocator.c_str(),
                   format_bytes(double(r.peak_live_bytes)).c_str(), format_bytes(double(r.peak_reserved_bytes)).c_str(),
-                  r.reserved_per_live(), r.ooms, r.upstream_allocations, r.ns_per_op_p50, r.ns_per_op_p99,
+                  r.reserved_per_live(), r.ooms, r.upstream_allocations, p50, p99,
                   r.peak_spilled_bytes ? format_bytes(double(r.peak_spilled_bytes)).c_str() : "-",
                   r.recorded_reserved_bytes ? format_bytes(double(*r.recorded_reserved_bytes)).c_str() : "-");
     out << line;
