@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -122,4 +124,64 @@ TEST_CASE("vram-fit: bad input is refused with exit 2, naming the field") {
     CHECK(r.status == 2);
     CHECK(r.out.find(b.named) != std::string::npos);
   }
+}
+
+TEST_CASE("vram-fit: the page's bars and the text agree, per card and allocator") {
+  // 24 GiB: each allocator fits, rmm-pool-model by 0.56 GiB while it needs 31.25 unbounded;
+  // 16 GiB: some do not. The text says fits / OOM and the headroom; the page draws each
+  // allocator's bar from x=170 at a scale the card line gives.
+  const std::string html = scratch("agree.html");
+  run_result r = run("--preset llama-2-7b --mode lora --gpu 16,24 --no-search --html '" + html + "'");
+  INFO(r.out);
+  REQUIRE(r.status == 0);
+  std::ifstream in(html);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::filesystem::remove(html);
+  const std::string page = text.str();
+  auto number_after = [](const std::string& s, std::size_t at, const std::string& key) {
+    at = s.find(key, at);
+    REQUIRE(at != std::string::npos);
+    return std::stod(s.substr(at + key.size()));
+  };
+  int fitting = 0, refused = 0;
+  for (double card : {16.0, 24.0}) {
+    std::ostringstream title;
+    title << card << " GiB card";
+    const std::size_t t0 = r.out.find("\n" + title.str() + "\n"), h0 = page.find("<h2>" + title.str() + "</h2>");
+    REQUIRE(t0 != std::string::npos);
+    REQUIRE(h0 != std::string::npos);
+    const std::size_t t1 = r.out.find("remedies, each alone", t0), h1 = page.find("</svg>", h0);
+    const double card_x = number_after(page, h0, "<line x1=\"");
+    for (const char* allocator : {"pool-contiguous", "pool-segments", "upstream", "rmm-pool-model"}) {
+      INFO(card << " GiB, " << allocator);
+      // The text's row: "  NAME  yes  HEADROOM" or "  NAME  OOM  -".
+      const std::size_t row = r.out.find(std::string("  ") + allocator + " ", t0);
+      REQUIRE(row < t1);
+      std::istringstream cells(r.out.substr(row, r.out.find('\n', row) - row));
+      std::string name, fits, headroom;
+      cells >> name >> fits >> headroom;
+      // The page's bar: its label, then rects until the next label or the card line.
+      const std::size_t label = page.find(std::string(">") + allocator, h0);
+      REQUIRE(label < h1);
+      const bool page_oom = page.compare(label + 1 + std::string(allocator).size(), 6, " (OOM)") == 0;
+      std::size_t next = std::min(page.find("<text x=\"0\"", label + 1), page.find("<line", label));
+      double end = 170;
+      for (std::size_t at = page.find("<rect x=\"", label); at < next; at = page.find("<rect x=\"", at + 1))
+        end = std::max(end, number_after(page, at, "<rect x=\"") + number_after(page, at, "width=\""));
+      const double drawn_gib = (end - 170) / (card_x - 170) * card;
+      CHECK((fits == "yes") != page_oom);
+      if (fits == "yes") {
+        ++fitting;
+        CHECK(end <= card_x + 1e-3);  // inside the card line
+        CHECK(std::abs(card - drawn_gib - std::stod(headroom)) < 0.006);
+      } else {
+        ++refused;
+        CHECK(fits == "OOM");
+        CHECK(end > card_x);  // past it
+      }
+    }
+  }
+  CHECK(fitting > 0);
+  CHECK(refused > 0);
 }

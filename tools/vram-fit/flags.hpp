@@ -2,13 +2,18 @@
 // vram-fit's command line: the usage text, the flags' parsers (counts, capacities, formats),
 // a model from a JSON file, and the request they make. A room of main.cpp, included by it alone.
 
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <vram-fit/remedies.hpp>
@@ -52,11 +57,42 @@ const char* usage =
     "  --html FILE                      a self-contained page: what fills each card, per allocator\n"
     "  --no-search                      skip the largest-batch and -sequence search\n"
     "\n"
-    "exit status: 0 answered, 2 bad input (the message names the field)\n";
+    "exit status: 0 answered (whether or not it fits), 1 a file could not be read or written,\n"
+    "2 a bad command line or a model or run that cannot be (the message names the flag)\n";
 
+/// The command line is wrong: exit 2 (docs/errors.md, "Exit status of the tools").
 struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+/// A file the command line names cannot be used (missing, a directory, unreadable, not a
+/// model): exit 1.
+struct input_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// `what` of a model's or a run's validate() (`vram: decoder_model: layers must be ...`) in
+/// the words of the command line: the flag for each field.
+std::string as_asked(std::string what) {
+  for (const char* prefix : {"vram: decoder_model: ", "vram: step_options: "})
+    if (what.starts_with(prefix)) what.erase(0, std::string_view(prefix).size());
+  static const std::pair<const char*, const char*> flags[] = {
+      {"micro_batch", "--micro-batch"}, {"checkpoint_every", "--checkpoint"}, {"lora_rank", "--lora-rank"},
+      {"kv_cache", "--kv-cache"},       {"kv_heads", "--kv-heads"},           {"batch", "--batch"},
+      {"sequence", "--sequence"},       {"layers", "--layers"},               {"hidden", "--hidden"},
+      {"heads", "--heads"},             {"ffn", "--ffn"},                     {"vocab", "--vocab"},
+      {"positions", "--positions"},     {"weights", "--weights"}};
+  for (const auto& [field, flag] : flags)  // longer names first: micro_batch before batch
+    for (std::size_t at = 0; (at = what.find(field, at)) != std::string::npos;) {
+      const std::size_t end = at + std::string_view(field).size();
+      // the field as the subject or with its value after it, not a word of the prose
+      const bool word = (at == 0 || what[at - 1] == ' ' || what[at - 1] == '(') &&
+                        (at == 0 || what.compare(end, 2, " (") == 0 || what.compare(end, 5, " must") == 0);
+      if (word) what.replace(at, end - at, flag), at += std::string_view(flag).size();
+      else at = end;
+    }
+  return what;
+}
 
 /// A count (vram::parse_count): no dimension, batch or step count of a model comes near 2^32.
 std::uint64_t parse_count(const std::string& flag, const std::string& text) {
@@ -116,24 +152,30 @@ const char* optimizer_name(optimizer_kind o) {
 /// A model from a JSON file: vram-fit's keys (layers, hidden, ...) or a Hugging Face config
 /// (num_hidden_layers, hidden_size, ... for Llama-style; n_layer, n_embd, ... for GPT-2).
 decoder_model read_model(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (status.type() == std::filesystem::file_type::not_found) throw input_error("--model " + path + ": no such file");
+  if (status.type() == std::filesystem::file_type::directory)
+    throw input_error("--model " + path + ": is a directory, not a model file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw usage_error("--model: cannot read '" + path + "'");
+  if (!in) throw input_error("--model " + path + ": cannot open (" + std::strerror(errno) + ")");
   std::stringstream text;
   text << in.rdbuf();
+  if (in.bad()) throw input_error("--model " + path + ": read error (" + std::strerror(errno) + ")");
   const std::string json = text.str();  // the reader views it
   vram::detail::trace::json_value v;
   try {
     vram::detail::trace::json_reader r(json, path);
     v = r.parse_value();
   } catch (const std::exception& e) {
-    throw usage_error(std::string("--model: ") + e.what());
+    throw input_error(std::string("--model ") + e.what());
   }
-  if (!v.is_object()) throw usage_error("--model: '" + path + "' is not a JSON object");
+  if (!v.is_object()) throw input_error("--model " + path + ": not a JSON object");
   auto count = [&](std::initializer_list<const char*> keys) -> std::optional<std::uint64_t> {
     for (const char* k : keys)
       if (const auto* x = v.find(k)) {
         if (!x->is_number() || !x->integral || x->integer < 0)
-          throw usage_error(std::string("--model: '") + k + "' must be a non-negative integer");
+          throw input_error("--model " + path + ": '" + k + "' must be a non-negative integer");
         return static_cast<std::uint64_t>(x->integer);
       }
     return std::nullopt;
@@ -142,13 +184,13 @@ decoder_model read_model(const std::string& path) {
     for (const char* k : keys)
       if (const auto* x = v.find(k)) {
         if (x->type != vram::detail::trace::json_value::kind::boolean)
-          throw usage_error(std::string("--model: '") + k + "' must be true or false");
+          throw input_error("--model " + path + ": '" + k + "' must be true or false");
         return x->boolean;
       }
     return std::nullopt;
   };
   auto need = [&](std::optional<std::uint64_t> x, const char* what) {
-    if (!x) throw usage_error(std::string("--model: no ") + what + " in '" + path + "'");
+    if (!x) throw input_error("--model " + path + ": no " + what);
     return *x;
   };
   const auto* type = v.find("model_type");
@@ -160,7 +202,7 @@ decoder_model read_model(const std::string& path) {
   m.heads = need(count({"heads", "num_attention_heads", "n_head"}), "heads");
   m.kv_heads = count({"kv_heads", "num_key_value_heads"}).value_or(m.heads);
   m.ffn = count({"ffn", "intermediate_size", "n_inner"}).value_or(gpt2 ? 4 * m.hidden : 0);
-  if (m.ffn == 0) throw usage_error("--model: no ffn (intermediate_size) in '" + path + "'");
+  if (m.ffn == 0) throw input_error("--model " + path + ": no ffn (intermediate_size)");
   m.vocab = need(count({"vocab", "vocab_size"}), "vocab");
   m.positions = count({"positions", "n_positions"}).value_or(0);
   if (const auto* mlp = v.find("mlp")) m.mlp = mlp->is_string() && mlp->string == "gelu" ? mlp_kind::gelu : mlp_kind::swiglu;
@@ -187,7 +229,7 @@ request parse(const std::vector<std::string>& args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw usage_error(a + " needs a value");
+      if (i + 1 >= args.size()) throw usage_error(a + ": needs a value");
       return args[++i];
     };
     if (a == "--preset") {
@@ -248,7 +290,7 @@ request parse(const std::vector<std::string>& args) {
     } else if (a == "--no-search") {
       q.search = false;
     } else {
-      throw usage_error("unknown option '" + a + "'");
+      throw usage_error("unknown option " + vram::quoted(a));
     }
   }
   if (!base && shape.empty()) throw usage_error("no model: give --preset, --model or the shape flags");

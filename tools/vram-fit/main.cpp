@@ -95,12 +95,15 @@ int answer(const request& q) {
     if (!verdict.empty()) out << "  " << verdict << "\n";
     json << (c ? ", " : "") << "{\"capacity\": " << capacity << ", \"verdict\": " << json_quote(verdict)
          << ", \"allocators\": [";
-    std::vector<outcome> results;  // on this card: whether it fits, and what it then reserves
+    // On this card, per allocator: whether it fits, and what it reserves here when it does
+    // (a capped pool grows less than an unbounded one) or needs when it does not. The text's
+    // headroom and the page's bars are drawn from this one figure.
+    std::vector<outcome> results;
     for (std::size_t a = 0; a < allocators.size(); ++a) {
       const bool fits = fits_on(q.model, q.run, capacity, allocators[a]);
+      const bool capped = fits && needs[a].peak_reserved > capacity;
       results.push_back({allocators[a].name,
-                         needs[a].peak_reserved <= capacity ? needs[a].peak_reserved
-                                                            : replay_on(base, capacity, {allocators[a]})[0].peak_reserved,
+                         capped ? replay_on(base, capacity, {allocators[a]})[0].peak_reserved : needs[a].peak_reserved,
                          fits});
     }
     char line[256];
@@ -144,7 +147,7 @@ int answer(const request& q) {
     const combination best = combine(q, capacity, allocators[0]);
     std::string names;
     for (const std::string& n : best.applied) names += (names.empty() ? "" : " + ") + n;
-    page.card(q.cards_gib[c], capacity, verdict, needs, results, rows, names, best.fits);
+    page.card(q.cards_gib[c], capacity, verdict, results, rows, names, best.fits);
     if (best.applied.empty() && best.fits) out << "  it fits as asked\n";
     else if (best.fits) out << "  to fit: " << names << " (needs " << gib(double(best.needs)) << " GiB)\n";
     else
@@ -201,11 +204,14 @@ int main(int argc, char** argv) {
   try {
     return answer(parse(args));
   } catch (const usage_error& e) {
-    std::cerr << "vram-fit: " << e.what() << "\n\n" << usage;
+    std::cerr << "vram-fit: " << e.what() << " (see vram-fit --help)\n";
     return 2;
-  } catch (const vram::invalid_argument& e) {
+  } catch (const vram::invalid_argument& e) {  // a model or run that cannot be: the flags' words
+    std::cerr << "vram-fit: " << as_asked(e.what()) << " (see vram-fit --help)\n";
+    return 2;
+  } catch (const input_error& e) {
     std::cerr << "vram-fit: " << e.what() << "\n";
-    return 2;
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "vram-fit: " << e.what() << "\n";
     return 1;

@@ -47,21 +47,23 @@ class html_page {
     bool fits;
   };
 
-  void card(double card_gib, std::size_t capacity, const std::string& verdict, const std::vector<outcome>& needs,
-            const std::vector<outcome>& results, const std::vector<remedy_row>& remedies, const std::string& combination,
-            bool combination_fits) {
+  /// One card: `results` per allocator, whether it fits and what it reserves on the card (or
+  /// needs, when it does not fit): the figures the text prints, so a bar ends inside the card
+  /// line exactly when the text says it fits.
+  void card(double card_gib, std::size_t capacity, const std::string& verdict, const std::vector<outcome>& results,
+            const std::vector<remedy_row>& remedies, const std::string& combination, bool combination_fits) {
     std::uint64_t widest = capacity;
-    for (const outcome& n : needs) widest = std::max<std::uint64_t>(widest, n.peak_reserved);
+    for (const outcome& n : results) widest = std::max<std::uint64_t>(widest, n.peak_reserved);
     const double width = 900, scale = (width - 180) / (double(widest) * 1.05);
     const int row = 34;
     body_ << "<h2>" << card_gib << " GiB card</h2>\n";
     if (!verdict.empty()) body_ << "<p class=verdict>" << escape(verdict) << "</p>\n";
-    body_ << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << row * needs.size() + 30
+    body_ << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << row * results.size() + 30
           << "\">\n";
-    for (std::size_t a = 0; a < needs.size(); ++a) {
+    for (std::size_t a = 0; a < results.size(); ++a) {
       const int y = int(a) * row + 6;
       double x = 170;
-      body_ << "<text x=\"0\" y=\"" << y + 17 << "\">" << escape(needs[a].allocator) << (results[a].fits ? "" : " (OOM)")
+      body_ << "<text x=\"0\" y=\"" << y + 17 << "\">" << escape(results[a].allocator) << (results[a].fits ? "" : " (OOM)")
             << "</text>\n";
       auto bar = [&](std::uint64_t bytes, const char* colour, const std::string& what) {
         const double w = double(bytes) * scale;
@@ -71,13 +73,13 @@ class html_page {
         x += w;
       };
       for (std::size_t i = 0; i < category_count; ++i) bar(peak_.at_peak[i], colours[i], category_names[i]);
-      const std::uint64_t reserved = needs[a].peak_reserved;
+      const std::uint64_t reserved = results[a].peak_reserved;
       bar(reserved > peak_.peak_live ? reserved - peak_.peak_live : 0, colours[category_count], "reserved beyond live");
     }
     const double cx = 170 + double(capacity) * scale;
-    body_ << "<line x1=\"" << cx << "\" y1=\"0\" x2=\"" << cx << "\" y2=\"" << row * needs.size() + 4
+    body_ << "<line x1=\"" << cx << "\" y1=\"0\" x2=\"" << cx << "\" y2=\"" << row * results.size() + 4
           << "\" stroke=\"#000\" stroke-width=\"2\"/>\n<text text-anchor=\"end\" x=\"" << cx - 4 << "\" y=\""
-          << row * needs.size() + 20 << "\">the card: " << card_gib << " GiB</text>\n</svg>\n";
+          << row * results.size() + 20 << "\">the card: " << card_gib << " GiB</text>\n</svg>\n";
     if (!remedies.empty()) {
       body_ << "<table><tr><th>remedy, alone</th><th>saves GiB</th><th>needs GiB</th><th></th><th>costs</th></tr>\n";
       for (const remedy_row& r : remedies)
