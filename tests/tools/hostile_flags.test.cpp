@@ -1,9 +1,16 @@
 // Every number-taking flag of vram-fit, vram-replay and vram-quota, run as a user would, fed
 // the hostile values of support/hostile_values.hpp (argv carries no NUL): each is refused
 // with exit status 2 and a first line "TOOL: bad FLAG 'TEXT': what it must be", the text as
-// given, before anything is replayed or any ledger is touched.
+// given, before anything is replayed or any ledger is touched. And one table across the three
+// tools for the rest of the convention (docs/errors.md, "Exit status of the tools"): a missing
+// input, a directory (or a plain file) where a file (or a ledger) is named, an unknown flag, a
+// flag without its value and a bad value each get their exit status and one line.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <span>
 #include <string>
 #include <string_view>
@@ -80,4 +87,62 @@ TEST_CASE("vram-quota: --hard, --soft and --mode refuse every hostile value", "[
             with({vram::test::hostile_values, vram::test::hostile_sizes}, {"None", "none "}));
   refuses("vram-quota", VRAM_QUOTA_EXE, "create " + ledger, "--mode",
           with({vram::test::hostile_values}, {"0778", "8", "1000", "07777", "00660"}));
+}
+
+TEST_CASE("the three tools: one exit status and one line for each kind of error", "[tools][parse]") {
+  const std::filesystem::path scratch =
+      std::filesystem::temp_directory_path() / ("vram_tool_errors_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(scratch / "a-directory");
+  std::ofstream(scratch / "plain-file") << "not a ledger\n";
+  const std::string dir = (scratch / "a-directory").string(), file = (scratch / "plain-file").string();
+  const std::string missing = (scratch / "missing").string();
+  struct row {
+    const char* what;
+    const char* exe;
+    std::string args;
+    int status;
+    std::string line;  // the whole output; a trailing "..." makes it a prefix
+  };
+  const row rows[] = {
+      {"missing file", VRAM_FIT_EXE, "--model '" + missing + ".json'", 1,
+       "vram-fit: --model " + missing + ".json: no such file"},
+      {"directory as file", VRAM_FIT_EXE, "--model '" + dir + "'", 1,
+       "vram-fit: --model " + dir + ": is a directory, not a model file"},
+      {"unknown flag", VRAM_FIT_EXE, "--preset gpt2 --frobnicate", 2,
+       "vram-fit: unknown option '--frobnicate' (see vram-fit --help)"},
+      {"missing value", VRAM_FIT_EXE, "--preset gpt2 --batch", 2, "vram-fit: --batch: needs a value (see vram-fit --help)"},
+      {"bad value", VRAM_FIT_EXE, "--preset gpt2 --mode serving", 2,
+       "vram-fit: --mode: training, lora, inference or forward, not 'serving' (see vram-fit --help)"},
+      {"bad value: a run that cannot be", VRAM_FIT_EXE, "--preset gpt2 --batch 0", 2,
+       "vram-fit: --batch must be 1 to 2^20 (is 0) (see vram-fit --help)"},
+      {"missing file", VRAM_REPLAY_EXE, "'" + missing + ".pickle'", 1, "vram-replay: " + missing + ".pickle: no such file"},
+      {"directory as file", VRAM_REPLAY_EXE, "'" + dir + "'", 1,
+       "vram-replay: " + dir + ": is a directory, not a trace file"},
+      {"unknown flag", VRAM_REPLAY_EXE, "--frobnicate", 2,
+       "vram-replay: unknown option '--frobnicate' (see vram-replay --help)"},
+      {"missing value", VRAM_REPLAY_EXE, "--capacity", 2, "vram-replay: --capacity: needs a value (see vram-replay --help)"},
+      {"bad value", VRAM_REPLAY_EXE, "--device tpu", 2, "vram-replay: --device: sim or cuda, not 'tpu' (see vram-replay --help)"},
+      {"missing file", VRAM_QUOTA_EXE, "list '" + missing + "'", 1, "vram-quota: vram: quota ledger " + missing + "..."},
+      {"file as ledger", VRAM_QUOTA_EXE, "list '" + file + "'", 1, "vram-quota: vram: quota ledger " + file + "..."},
+      {"unknown flag", VRAM_QUOTA_EXE, "list '" + missing + "' --frobnicate", 2,
+       "vram-quota: list: unknown argument '--frobnicate' (see vram-quota --help)"},
+      {"missing value", VRAM_QUOTA_EXE, "set '" + missing + "' job --hard", 2,
+       "vram-quota: --hard: needs a value (see vram-quota --help)"},
+      {"bad value", VRAM_QUOTA_EXE, "set '" + missing + "' job --hard five", 2, "vram-quota: bad --hard 'five': ..."},
+      {"no command", VRAM_QUOTA_EXE, "", 2, "vram-quota: no command (see vram-quota --help)"},
+  };
+  for (const row& r : rows) {
+    INFO(r.what << ": " << r.exe << " " << r.args);
+    const vram::test::run_result got = vram::test::run_tool(r.exe, r.args);
+    INFO(got.out);
+    CHECK(got.status == r.status);
+    REQUIRE(got.out.ends_with("\n"));
+    const std::string line = got.out.substr(0, got.out.size() - 1);
+    CHECK(line.find('\n') == std::string::npos);  // one line
+    if (r.line.ends_with("...")) CHECK(line.starts_with(r.line.substr(0, r.line.size() - 3)));
+    else CHECK(line == r.line);
+    // A usage error points to --help; a file that cannot be used is not a usage error.
+    CHECK(line.ends_with(" (see " + std::filesystem::path(r.exe).filename().string() + " --help)") == (r.status == 2));
+  }
+  std::filesystem::remove_all(scratch);
 }

@@ -40,7 +40,8 @@ const char* usage =
     "  check LEDGER            verifies that usage equals the processes' charges\n"
     "  remove LEDGER           deletes the ledger (attached processes keep their mapping)\n"
     "\n"
-    "exit status: 0 done, 1 the ledger refused (message on stderr), 2 bad command line\n";
+    "exit status: 0 done, 1 the ledger refused or could not be used (missing, not a ledger),\n"
+    "2 a bad command line\n";
 
 struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -89,13 +90,19 @@ mode_t parse_mode(const std::string& text) {
   return static_cast<mode_t>(m);
 }
 
+/// The value after the flag at `i` (which moves to it).
+const std::string& value_of(const std::vector<std::string>& args, std::size_t& i) {
+  if (i + 1 >= args.size()) throw usage_error(args[i] + ": needs a value");
+  return args[++i];
+}
+
 int create(const std::string& ledger, const std::vector<std::string>& args) {
   vram::ledger_options options;
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--tenants-may-set-limits") {
       options.tenants_may_set_limits = true;
-    } else if (args[i] == "--mode" && i + 1 < args.size()) {
-      options.mode = parse_mode(args[++i]);
+    } else if (args[i] == "--mode") {
+      options.mode = parse_mode(value_of(args, i));
     } else {
       throw usage_error("create: unknown argument '" + args[i] + "'");
     }
@@ -109,8 +116,8 @@ int set(const std::string& ledger, const std::vector<std::string>& args) {
   if (args.empty()) throw usage_error("set: which tenant?");
   std::optional<std::size_t> hard, soft;
   for (std::size_t i = 1; i < args.size(); ++i) {
-    if (args[i] == "--hard" && i + 1 < args.size()) hard = parse_limit("--hard", args[++i]);
-    else if (args[i] == "--soft" && i + 1 < args.size()) soft = parse_limit("--soft", args[++i]);
+    if (args[i] == "--hard") hard = parse_limit("--hard", value_of(args, i));
+    else if (args[i] == "--soft") soft = parse_limit("--soft", value_of(args, i));
     else throw usage_error("set: unknown argument '" + args[i] + "'");
   }
   auto l = vram::quota_ledger::attach(ledger, vram::ledger_access::admin);
@@ -209,11 +216,12 @@ int remove_ledger(const std::string& ledger, const std::vector<std::string>& arg
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
+  if (!args.empty() && (args[0] == "-h" || args[0] == "--help")) {
     std::cout << usage;
-    return args.empty() ? 2 : 0;
+    return 0;
   }
   try {
+    if (args.empty()) throw usage_error("no command");
     if (args.size() < 2) throw usage_error(args[0] + ": which ledger?");
     const std::string command = args[0], ledger = args[1];
     std::vector<std::string> rest(args.begin() + 2, args.end());
@@ -223,12 +231,12 @@ int main(int argc, char** argv) {
     if (command == "reclaim") return reclaim(ledger, rest);
     if (command == "check") return check(ledger, rest);
     if (command == "remove") return remove_ledger(ledger, rest);
-    throw usage_error("unknown command '" + command + "'");
+    throw usage_error("unknown command " + vram::quoted(command));
   } catch (const usage_error& e) {
-    std::cerr << "vram-quota: " << e.what() << "\n\n" << usage;
+    std::cerr << "vram-quota: " << e.what() << " (see vram-quota --help)\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << e.what() << "\n";
+    std::cerr << "vram-quota: " << e.what() << "\n";
     return 1;
   }
 }

@@ -56,7 +56,10 @@ const char* usage =
     "  --stream              read vram traces and RMM logs as streams (bounded memory;\n"
     "                        files over 256 MiB are always streamed)\n"
     "  --list                list the allocators and exit\n"
-    "  -h, --help            this text\n";
+    "  -h, --help            this text\n"
+    "\n"
+    "exit status: 0 replayed, 1 a trace could not be read or an output written, 2 a bad\n"
+    "command line, 3 --device cuda without a usable GPU\n";
 
 /// A device capacity (vram::parse_bytes), not 0.
 std::size_t parse_capacity(const std::string& s) {
@@ -183,7 +186,7 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
       auto value = [&]() -> std::string {
-        if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+        if (i + 1 >= argc) throw std::invalid_argument(a + ": needs a value");
         return argv[++i];
       };
       if (a == "-h" || a == "--help") {
@@ -204,12 +207,13 @@ int main(int argc, char** argv) {
         if (!n || *n < 1 || *n > 1000) throw std::invalid_argument(vram::refusal("--steps", v, "a whole decimal number, 1 to 1000"));
         steps = static_cast<int>(*n);
       }
-      else if (a.starts_with("-")) throw std::invalid_argument("unknown option " + a);
+      else if (a.starts_with("-")) throw std::invalid_argument("unknown option " + vram::quoted(a));
       else files.push_back(a);
     }
-    if (device != "sim" && device != "cuda") throw std::invalid_argument("--device must be sim or cuda");
+    if (device != "sim" && device != "cuda")
+      throw std::invalid_argument("--device: sim or cuda, not " + vram::quoted(device));
   } catch (const std::exception& e) {
-    std::cerr << "vram-replay: " << e.what() << "\n" << usage;
+    std::cerr << "vram-replay: " << e.what() << " (see vram-replay --help)\n";
     return 2;
   }
 
@@ -242,7 +246,7 @@ int main(int argc, char** argv) {
     if (wanted.empty()) configs = device == "cuda" ? available : default_allocators();
     for (const auto& w : wanted) configs.push_back(find_allocator(available, w));
   } catch (const std::exception& e) {
-    std::cerr << "vram-replay: " << e.what() << "\n";
+    std::cerr << "vram-replay: " << e.what() << " (see vram-replay --help)\n";
     return 2;
   }
 
