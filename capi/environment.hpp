@@ -10,6 +10,7 @@
 #include <string>
 
 #include <vram/core/bytes.hpp>
+#include <vram/core/names.hpp>
 #include <vram/core/parse.hpp>
 #include <vram/core/throw.hpp>
 #if VRAM_HAS_CUDA
@@ -49,14 +50,16 @@ struct config {
 /// number or a choice is meant).
 const char* env(const char* name) noexcept { return std::getenv(name); }
 
-/// A name, a path or a file: empty is the same as unset.
-const char* env_name(const char* name) noexcept {
-  const char* v = env(name);
-  return v != nullptr && *v != '\0' ? v : nullptr;
-}
-
 [[noreturn]] void refuse(const char* name, const char* text, const char* expected) {
   detail::throw_invalid_argument("vram_c", refusal(name, text, expected).c_str());
+}
+
+/// A name, a path or a file: empty is the same as unset; a control character is refused.
+const char* env_name(const char* name) {
+  const char* v = env(name);
+  if (v == nullptr || *v == '\0') return nullptr;
+  if (detail::has_control_character(v)) refuse(name, v, "a name or path without control characters");
+  return v;
 }
 
 /// A size (vram::parse_bytes), kept in `bytes` and as given in `text`; unchanged when unset.

@@ -298,6 +298,31 @@ TEST_CASE("C ABI: every variable refuses every hostile value, naming itself and 
   CHECK(a.init(63) == 0);  // the edges are values
 }
 
+TEST_CASE("C ABI: every name variable refuses a control character, naming itself and the text as given",
+          "[interop][c_abi]") {
+  // The environment carries no NUL; every other control character is refused. Blanks, dots
+  // and UTF-8 are names (a tenant called "team a" is one).
+  const char* hostile[] = {"a\tb", "\tjob", "job\n", "a\x1b[2Jb", "a\x7f", "\r"};
+  const std::pair<const char*, const char*> variables[] = {
+      {"VRAM_TENANT", nullptr}, {"VRAM_EVENT_LOG", nullptr}, {"VRAM_LEDGER", "VRAM_LEDGER_TENANT"},
+      {"VRAM_LEDGER_TENANT", "VRAM_LEDGER"}};
+  auto& a = lib();
+  for (auto [name, partner] : variables)
+    for (const char* text : hostile) {
+      if (partner != nullptr) configure({{"VRAM_BACKEND", "host"}, {name, text}, {partner, "ok"}});
+      else configure({{"VRAM_BACKEND", "host"}, {name, text}});
+      INFO(name << " = " << vram::quoted(text));
+      CHECK(a.init(0) == -1);
+      const std::string why = a.last_error();
+      INFO(why);
+      CHECK(why.find(std::string("bad ") + name + " " + vram::quoted(text) + ": a name or path without control characters") !=
+            std::string::npos);
+      CHECK(a.malloc_(256, 0, nullptr) == nullptr);
+    }
+  configure({{"VRAM_BACKEND", "host"}, {"VRAM_TENANT", "team a/\xc3\xa9"}});
+  CHECK(a.init(0) == 0);  // a blank, a slash and UTF-8 are a name
+}
+
 TEST_CASE("C ABI: an out of memory names the variable that set the cap which refused it", "[interop][c_abi]") {
   auto& a = lib();
   configure({{"VRAM_BACKEND", "host"}, {"VRAM_POOL_MAX", "4M"}, {"VRAM_POOL_STEP", "2M"}});
