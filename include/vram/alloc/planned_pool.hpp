@@ -371,7 +371,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     // Where the range comes early in the next step (little of it is served online before), the
     // recording's free memory goes back now; else it serves that online part, as it would the
     // online pool's (given back, it would be taken again, and placed no better).
-    if (!next.held && next.peak_before_take <= next.range / 10) online_.release();
+    if (!next.held && detail::planned_pool::peak_before(next, next.take_at) <= next.range / 10) online_.release();
     plan_ = std::make_unique<plan>(std::move(next));
     ++plans_made_;
     last_off_plan_ = last_planned_ = 0;  // the step just closed was recorded, not served

@@ -153,8 +153,6 @@ struct plan {
   /// In the first served step, the range is taken at the first entry allocated at or after
   /// this tick (take_tick()), the recording's leftovers freed by then; until then, online.
   std::uint32_t take_at = 0;
-  /// The peak of planned bytes live before take_at (served online in the first served step).
-  std::uint64_t peak_before_take = 0;
   std::uint64_t lower_bound = 0;             ///< peak live bytes of the planned blocks
   std::size_t planned_entries = 0;
   std::size_t orders_tried = 0;
@@ -324,16 +322,10 @@ inline std::uint32_t take_tick(const plan& p) {
 
 /// The peak of live bytes of the blocks inside the step before `tick`.
 inline std::uint64_t peak_before(const plan& p, std::uint32_t tick) {
-  std::vector<std::pair<std::uint32_t, std::int64_t>> changes;
-  for (const plan_entry& e : p.entries) {
-    if (!e.planned || e.wraps || e.allocated >= tick) continue;
-    changes.emplace_back(e.allocated, static_cast<std::int64_t>(e.size));
-    if (e.freed < tick) changes.emplace_back(e.freed, -static_cast<std::int64_t>(e.size));
-  }
-  std::sort(changes.begin(), changes.end());
-  std::int64_t live = 0, peak = 0;
-  for (const auto& [t, delta] : changes) peak = std::max(peak, live += delta);
-  return static_cast<std::uint64_t>(peak);
+  std::vector<lifetime> before;
+  for (const plan_entry& e : p.entries)
+    if (e.planned && !e.wraps && e.allocated < tick) before.push_back({e.size, e.allocated, std::min(e.freed, tick)});
+  return live_peak(before);
 }
 
 /// Builds the plan of a recorded step: its allocations in order, those freed inside the step or
@@ -399,7 +391,6 @@ inline plan make_plan(const std::vector<recorded_allocation>& step, std::size_t 
   }
   p.freers.reset(edges.empty() ? 0 : edges.size() - 1);
   p.take_at = take_tick(p);
-  p.peak_before_take = peak_before(p, p.take_at);
   p.planning_time = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
   return p;
 }
