@@ -47,36 +47,42 @@ struct decoder_model {
   };
 
   /// The parameter tensors of one layer, in module order: norm, q, k, v, o, norm, the MLP's
-  /// matrices, then the biases (q, k, v, o, the MLP's) where the family has them.
-  [[nodiscard]] std::vector<tensor> layer_tensors() const {
-    const std::uint64_t h = hidden, kv = kv_width(), f = ffn;
+  /// matrices, then the biases (q, k, v, o, the MLP's) where the family has them. With `tp` > 1,
+  /// one tensor-parallel rank's share as Megatron splits a layer: q, k, v and the MLP's first
+  /// matrices by output column (with their biases), o and the MLP's last matrix by input row
+  /// (their biases whole), the norms whole. `tp` divides heads, kv_heads and ffn.
+  [[nodiscard]] std::vector<tensor> layer_tensors(std::uint64_t tp = 1) const {
+    const std::uint64_t h = hidden, q = hidden / tp, kv = kv_width() / tp, f = ffn / tp;
     const std::uint64_t norm = biases ? 2 * h : h;  // LayerNorm: weight and bias; RMSNorm: weight
-    std::vector<tensor> t = {{norm, false},    {h * h, true, h}, {h * kv, true, kv},
-                             {h * kv, true, kv}, {h * h, true, h}, {norm, false}};
+    std::vector<tensor> t = {{norm, false},    {h * q, true, q}, {h * kv, true, kv},
+                             {h * kv, true, kv}, {q * h, true, h}, {norm, false}};
     if (mlp == mlp_kind::gelu) t.insert(t.end(), {{h * f, true, f}, {f * h, true, h}});
     else t.insert(t.end(), {{h * f, true, f}, {h * f, true, f}, {f * h, true, h}});
-    if (biases) t.insert(t.end(), {{h, false}, {kv, false}, {kv, false}, {h, false}, {f, false}, {h, false}});
+    if (biases) t.insert(t.end(), {{q, false}, {kv, false}, {kv, false}, {h, false}, {f, false}, {h, false}});
     return t;
   }
   /// The tensors outside the layers, in module order: token embedding, learned positions,
-  /// final norm, output head (when not tied).
-  [[nodiscard]] std::vector<tensor> outer_tensors() const {
-    std::vector<tensor> t = {{vocab * hidden, false}};
+  /// final norm, output head (when not tied). With `tp` > 1, one tensor-parallel rank's share:
+  /// the embedding and the head split by vocabulary rows (Megatron's vocab-parallel
+  /// embedding, ceil(vocab / tp) rows), the positions and the norm whole.
+  [[nodiscard]] std::vector<tensor> outer_tensors(std::uint64_t tp = 1) const {
+    const std::uint64_t rows = (vocab + tp - 1) / tp;
+    std::vector<tensor> t = {{rows * hidden, false}};
     if (positions != 0) t.push_back({positions * hidden, false});
     t.push_back({biases ? 2 * hidden : hidden, false});
-    if (!tied_embeddings) t.push_back({vocab * hidden, false});
+    if (!tied_embeddings) t.push_back({rows * hidden, false});
     return t;
   }
   /// The elements of one layer that linear layers use (their matrices and biases): what
   /// autocast casts to bf16 and caches.
-  [[nodiscard]] std::uint64_t layer_linear_parameters() const {
+  [[nodiscard]] std::uint64_t layer_linear_parameters(std::uint64_t tp = 1) const {
     std::uint64_t n = 0;
-    for (const tensor& x : layer_tensors()) n += x.matrix ? x.elements : 0;
-    return n + (biases ? 3 * hidden + 2 * kv_width() + ffn : 0);
+    for (const tensor& x : layer_tensors(tp)) n += x.matrix ? x.elements : 0;
+    return n + (biases ? (hidden / tp + 2 * hidden + 2 * kv_width() / tp + ffn / tp) : 0);
   }
-  [[nodiscard]] std::uint64_t layer_parameters() const {
+  [[nodiscard]] std::uint64_t layer_parameters(std::uint64_t tp = 1) const {
     std::uint64_t n = 0;
-    for (const tensor& x : layer_tensors()) n += x.elements;
+    for (const tensor& x : layer_tensors(tp)) n += x.elements;
     return n;
   }
   /// Every parameter (GPT-2 small: 124,439,808; Llama-2-7B: 6,738,415,616).

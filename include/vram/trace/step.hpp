@@ -4,7 +4,9 @@
 // activations, temporaries, KV cache), so that a replay's peak can be split by category.
 // What the generator allocates, and why, is in docs/fit.md.
 
+#include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -75,6 +77,50 @@ inline constexpr std::uint64_t absmax_block = 256;
   }
 }
 
+/// Where a sharded run keeps the state of the parameters it does not compute with.
+enum class offload_kind : std::uint8_t {
+  none,
+  optimizer,  ///< ZeRO-Offload: optimizer state and the gradient partition in host memory
+  params,     ///< ZeRO-3's offload_param, FSDP's cpu_offload: parameters too
+};
+/// Who shards the model state over the data-parallel ranks.
+enum class shard_kind : std::uint8_t {
+  none,  ///< replicated on every rank (DistributedDataParallel)
+  zero,  ///< DeepSpeed ZeRO, stage 0 to 3: flat partitions, a fused Adam on them
+  fsdp,  ///< PyTorch FSDP: full shard (stage 3) or shard-grad-op (stage 2), torch's AdamW
+};
+
+/// One rank of a sharded training run (docs/fit.md, "Sharded training"): the rank's share of
+/// the parameters (Megatron tensor parallel by `tensor`, the layers of pipeline stage `stage`
+/// of `pipeline`), and how its model state is split over the `shards` data-parallel ranks.
+/// Stage s of a 1F1B pipeline holds the activations of min(pipeline - s, micro-batches)
+/// micro-batches at once. The default is one device.
+struct parallel_plan {
+  shard_kind sharding = shard_kind::none;
+  int stage_of_zero = 0;     ///< zero: 1 optimizer state, 2 and gradients, 3 and parameters; fsdp: 2 or 3
+  std::uint64_t shards = 1;  ///< ranks the sharded state is split over (a node's ranks for hybrid FSDP)
+  std::uint64_t tensor = 1;
+  std::uint64_t pipeline = 1;
+  std::uint64_t stage = 0;
+  /// bf16 weights and gradients with an fp32 master copy and fp32 moments (DeepSpeed's bf16
+  /// mode; FSDP's MixedPrecision, whose sharded parameters are the fp32 copy).
+  bool master_weights = false;
+  offload_kind offload = offload_kind::none;
+
+  [[nodiscard]] bool single() const noexcept {
+    return sharding == shard_kind::none && tensor == 1 && pipeline == 1 && !master_weights;
+  }
+  [[nodiscard]] bool shards_optimizer() const noexcept { return sharding != shard_kind::none && stage_of_zero >= 1; }
+  [[nodiscard]] bool shards_gradients() const noexcept { return sharding != shard_kind::none && stage_of_zero >= 2; }
+  /// Parameters kept sharded between uses: ZeRO-3 and both FSDP strategies (shard-grad-op
+  /// gathers them for the whole forward and backward).
+  [[nodiscard]] bool shards_parameters() const noexcept {
+    return sharding == shard_kind::fsdp || (sharding == shard_kind::zero && stage_of_zero == 3);
+  }
+  [[nodiscard]] bool first_stage() const noexcept { return stage == 0; }
+  [[nodiscard]] bool last_stage() const noexcept { return stage + 1 == pipeline; }
+};
+
 /// What is run, and the remedies applied.
 struct step_options {
   run_mode mode = run_mode::training;
@@ -97,6 +143,7 @@ struct step_options {
   /// Training: the loop calls zero_grad() first (`zero_grad(); forward; backward; step()`), so
   /// each step's gradients live on into the next one, which frees them at its start; else last.
   bool zero_grad_first = false;
+  parallel_plan parallel;  ///< training: one rank of a sharded run
 
   /// Throws vram::invalid_argument naming the field when the combination cannot run.
   void validate(const decoder_model& m) const {
@@ -119,8 +166,42 @@ struct step_options {
     need(kv_cache == number_format::fp32 || kv_cache == number_format::bf16 || kv_cache == number_format::int8,
          "kv_cache must be fp32, bf16 or int8");
     need(steps >= 1 && steps <= 16, "steps must be 1 to 16");
+    const parallel_plan& p = parallel;
+    if (p.single()) return;
+    need(mode == run_mode::training, "parallel: sharded runs are full training (mode training)");
+    need(p.tensor >= 1 && m.heads % p.tensor == 0 && m.kv_heads % p.tensor == 0 && m.ffn % p.tensor == 0,
+         "tensor parallel degree (" + std::to_string(p.tensor) + ") must divide heads (" + std::to_string(m.heads) +
+             "), kv_heads (" + std::to_string(m.kv_heads) + ") and ffn (" + std::to_string(m.ffn) + ")");
+    need(p.pipeline >= 1 && m.layers % p.pipeline == 0 && p.stage < p.pipeline,
+         "pipeline stages (" + std::to_string(p.pipeline) + ") must divide layers (" + std::to_string(m.layers) + ")");
+    need(p.shards >= 1, "parallel: shards must be at least 1");
+    need(!p.master_weights || weights == number_format::bf16, "parallel: master weights go with bf16 weights");
+    need(p.offload == offload_kind::none || p.shards_optimizer(), "parallel: offloading needs ZeRO 1 to 3 or FSDP");
   }
 };
+
+/// The outer tensors one rank holds (model.hpp's outer_tensors, split by the tensor-parallel
+/// degree): all of them on one stage; else the embedding (and positions) on the first stage,
+/// the final norm and the head on the last, a tied head there as a copy of the embedding (as
+/// Megatron keeps it).
+[[nodiscard]] inline std::vector<decoder_model::tensor> rank_outer_tensors(const decoder_model& m,
+                                                                           const parallel_plan& p) {
+  std::vector<decoder_model::tensor> all = m.outer_tensors(p.tensor), out;
+  if (p.pipeline == 1) return all;
+  const std::size_t inputs = m.positions != 0 ? 2 : 1;
+  if (p.first_stage()) out.assign(all.begin(), all.begin() + std::ptrdiff_t(inputs));
+  if (p.last_stage()) {
+    out.insert(out.end(), all.begin() + std::ptrdiff_t(inputs), all.end());
+    if (m.tied_embeddings) out.push_back(all[0]);
+  }
+  return out;
+}
+/// The parameters one rank computes with: Ψ of the ZeRO formulas for that rank.
+[[nodiscard]] inline std::uint64_t rank_parameters(const decoder_model& m, const parallel_plan& p) {
+  std::uint64_t n = m.layers / p.pipeline * m.layer_parameters(p.tensor);
+  for (const auto& t : rank_outer_tensors(m, p)) n += t.elements;
+  return n;
+}
 
 /// What an allocation is for.
 /// autocast_cache: the bf16 copies of fp32 weights that torch.autocast caches (docs/fit.md).
@@ -211,10 +292,11 @@ inline std::uint64_t activation_bytes(const step_options& o) {
 /// then layer by layer), or the adapters (A: r x in, B: out x r) of q, k, v and o per layer.
 inline std::vector<std::uint64_t> trained_tensors(const decoder_model& m, const step_options& o) {
   std::vector<std::uint64_t> out;
+  const vram::trace::parallel_plan& p = o.parallel;
   if (o.mode == run_mode::training) {
-    for (const auto& t : m.outer_tensors()) out.push_back(t.elements);
-    for (std::uint64_t l = 0; l < m.layers; ++l)
-      for (const auto& t : m.layer_tensors()) out.push_back(t.elements);
+    for (const auto& t : rank_outer_tensors(m, p)) out.push_back(t.elements);
+    for (std::uint64_t l = 0; l < m.layers / p.pipeline; ++l)
+      for (const auto& t : m.layer_tensors(p.tensor)) out.push_back(t.elements);
   } else if (o.mode == run_mode::lora) {
     for (std::uint64_t l = 0; l < m.layers; ++l)
       for (std::uint64_t width : {m.hidden, m.kv_width(), m.kv_width(), m.hidden}) {
@@ -229,17 +311,40 @@ inline number_format trained_format(const step_options& o) {
   return o.mode == run_mode::lora ? number_format::fp32 : o.weights;
 }
 
-/// The model's weights (and LoRA adapters), one allocation per tensor, in module order.
+/// A sharded run's partition of the rank's parameters: ceil(Ψ / shards) elements (DeepSpeed
+/// pads its flat buffers to a multiple of the ranks).
+inline std::uint64_t shard_elements(const decoder_model& m, const step_options& o) {
+  const std::uint64_t n = rank_parameters(m, o.parallel), d = o.parallel.shards;
+  return (n + d - 1) / d;
+}
+/// The format of the optimizer's side of a trained parameter: fp32 with master weights.
+inline number_format state_format(const step_options& o) {
+  return o.parallel.master_weights ? number_format::fp32 : trained_format(o);
+}
+/// The format a sharded parameter (and its gradient) is kept in between uses: FSDP's sharded
+/// parameter is the fp32 copy under MixedPrecision; ZeRO-3 keeps bf16 partitions.
+inline number_format sharded_format(const step_options& o) {
+  return o.parallel.sharding == vram::trace::shard_kind::fsdp ? state_format(o) : o.weights;
+}
+
+/// The model's weights (and LoRA adapters), one allocation per tensor, in module order; with
+/// sharded parameters, the rank's partition (none on the device when it is offloaded).
 inline std::vector<std::uint64_t> allocate_weights(step_builder& g, const decoder_model& m, const step_options& o) {
   std::vector<std::uint64_t> ids;
+  const vram::trace::parallel_plan& p = o.parallel;
+  if (p.shards_parameters()) {
+    if (p.offload != vram::trace::offload_kind::params)
+      ids.push_back(g.alloc(category::weights, bytes_of(sharded_format(o), shard_elements(m, o))));
+    return ids;
+  }
   auto put = [&](const decoder_model::tensor& t) {
     const bool quantized = is_quantized(o.weights);
     ids.push_back(g.alloc(category::weights, quantized && !t.matrix ? bytes_of(number_format::bf16, t.elements)
                                                                     : stored_bytes(o.weights, t.elements, t.rows, o.double_quant)));
   };
-  for (const auto& t : m.outer_tensors()) put(t);
-  for (std::uint64_t l = 0; l < m.layers; ++l)
-    for (const auto& t : m.layer_tensors()) put(t);
+  for (const auto& t : vram::trace::rank_outer_tensors(m, p)) put(t);
+  for (std::uint64_t l = 0; l < m.layers / p.pipeline; ++l)
+    for (const auto& t : m.layer_tensors(p.tensor)) put(t);
   if (o.mode == run_mode::lora)
     for (std::uint64_t n : trained_tensors(m, o)) ids.push_back(g.alloc(category::weights, bytes_of(trained_format(o), n)));
   return ids;
@@ -252,8 +357,12 @@ inline bool autocast_caches(const step_options& o) {
   return o.autocast && o.weights == number_format::fp32 && o.mode != run_mode::lora;
 }
 /// Bytes of the bf16 copies autocast makes of one layer's linear weights, and of the head.
-inline std::uint64_t cached_layer_bytes(const decoder_model& m) { return 2 * m.layer_linear_parameters(); }
-inline std::uint64_t cached_head_bytes(const decoder_model& m) { return 2 * m.vocab * m.hidden; }
+inline std::uint64_t cached_layer_bytes(const decoder_model& m, std::uint64_t tp = 1) {
+  return 2 * m.layer_linear_parameters(tp);
+}
+inline std::uint64_t cached_head_bytes(const decoder_model& m, std::uint64_t tp = 1) {
+  return 2 * ((m.vocab + tp - 1) / tp) * m.hidden;
+}
 /// A 4-bit base is dequantized to bf16 before each product (bitsandbytes' MatMul4Bit): one
 /// weight at a time, the largest of a layer being the MLP's.
 inline std::uint64_t dequantized_bytes(const decoder_model& m, const step_options& o) {
@@ -314,19 +423,38 @@ inline void serve(step_builder& g, const decoder_model& m, const step_options& o
 /// the first backward and accumulated by the rest), then the optimizer step, whose state
 /// appears at the first step as in PyTorch. With checkpointing every k layers, a forward keeps
 /// only each segment's input; the backward recomputes a segment before going through it.
+/// One rank of a sharded run (o.parallel) computes its stage's layers with its tensor-parallel
+/// share, runs the micro-batches 1F1B (the forwards of as many as the stage holds in flight,
+/// then a backward and a forward in turn), gathers sharded parameters around their use and
+/// reduces each layer's gradient into its partition (docs/fit.md, "Sharded training").
 inline void train(step_builder& g, const decoder_model& m, const step_options& o) {
   using c = category;
-  const std::uint64_t h = m.hidden, kv = m.kv_width(), ab = activation_bytes(o);
-  const std::uint64_t micro = o.micro_batch == 0 ? o.batch : o.micro_batch;
+  using vram::trace::offload_kind;
+  using vram::trace::shard_kind;
+  const vram::trace::parallel_plan& p = o.parallel;
+  const std::uint64_t tp = p.tensor, layers = m.layers / p.pipeline;
+  // Megatron's split: q, k, v, the attention and the MLP's inner width by tp; the norms, the
+  // residual stream and the inputs of the column-parallel products whole.
+  const std::uint64_t h = m.hidden, hq = h / tp, kv = m.kv_width() / tp, heads = m.heads / tp;
+  const std::uint64_t vocab = (m.vocab + tp - 1) / tp, ab = activation_bytes(o);
+  const std::uint64_t micro = o.micro_batch == 0 ? o.batch : o.micro_batch, micro_batches = o.batch / micro;
   const std::uint64_t t = micro * o.sequence, a = t * h * ab;
-  const std::uint64_t score_bytes = micro * m.heads * o.sequence * o.sequence * ab;
-  const std::uint64_t mlp_bytes = t * m.ffn * ab;
+  const std::uint64_t score_bytes = micro * heads * o.sequence * o.sequence * ab;
+  const std::uint64_t mlp_bytes = t * (m.ffn / tp) * ab;
   const std::uint64_t k = o.checkpoint_every;
   const std::vector<std::uint64_t> trained = trained_tensors(m, o);
   const number_format grad_format = trained_format(o);
-  const std::size_t outer = o.mode == run_mode::training ? m.outer_tensors().size() : 0;
+  const std::size_t outer = o.mode == run_mode::training ? vram::trace::rank_outer_tensors(m, p).size() : 0;
   const std::size_t per_layer = o.mode == run_mode::training ? m.layer_tensors().size() : 8;
   const std::uint64_t dequant = dequantized_bytes(m, o);
+  const std::uint64_t in_flight = std::min<std::uint64_t>(p.pipeline - p.stage, micro_batches);
+  // Sharded state: the gradient partition, the parameters gathered (bf16 for compute) around
+  // their use, each layer's whole gradient until it is reduced into the partition.
+  const bool sharded_grads = p.shards_gradients(), gathers = p.shards_parameters();
+  const bool whole_pass = gathers && p.sharding == shard_kind::fsdp && p.stage_of_zero == 2;  // shard-grad-op
+  const std::uint64_t layer_bytes = bytes_of(o.weights, m.layer_parameters(tp));
+  std::uint64_t outer_elements = 0;
+  for (std::size_t i = 0; i < outer; ++i) outer_elements += trained[i];
 
   // Mixed precision (fp32 weights under autocast) follows autocast's rules: the residual
   // stream stays fp32, norms and the softmax run in fp32, and each matrix product saves the
@@ -345,113 +473,165 @@ inline void train(step_builder& g, const decoder_model& m, const step_options& o
       if (mixed) save(r);     // the norm's output, fp32
       save(a);                // ... as the next product's input
     };
+    const std::uint64_t gathered = gathers && !whole_pass ? g.alloc(c::weights, layer_bytes) : 0;
     norm();
-    save(t * (h + 2 * kv) * ab);       // q, k, v
-    if (m.positions == 0) save(t * (h + kv) * ab);  // q and k after the rotary embedding
+    save(t * (hq + 2 * kv) * ab);       // q, k, v
+    if (m.positions == 0) save(t * (hq + kv) * ab);  // q and k after the rotary embedding
     if (o.flash_attention) {
-      save(micro * m.heads * o.sequence * 4);  // log-sum-exp
+      save(micro * heads * o.sequence * 4);  // log-sum-exp
     } else {
       std::uint64_t raw = g.alloc(c::temporaries, score_bytes);  // scores before the softmax
       save(probability_bytes);                                   // probabilities
       if (mixed) save(score_bytes);                              // their bf16 copy for the product with v
       g.free(raw);
     }
-    save(a);                           // attention output (the output projection's input)
+    save(t * hq * ab);                 // attention output (the output projection's input)
     save(r);                           // residual
     norm();
     // GELU: fc1 output, its activation. SwiGLU: gate, up, SiLU(gate), their product.
     for (int i = 0; i < (m.mlp == mlp_kind::swiglu ? 4 : 2); ++i) save(mlp_bytes);
     save(r);                           // output: the next layer's input
+    if (gathers && !whole_pass) g.free(gathered);  // resharded after the forward
   };
   auto free_all = [&](std::vector<std::uint64_t>& ids) {
     for (auto it = ids.rbegin(); it != ids.rend(); ++it) g.free(*it);
     ids.clear();
   };
-  const auto segment_end = [&](std::uint64_t l) { return (l + 1) % k == 0 || l + 1 == m.layers; };
+  const auto segment_end = [&](std::uint64_t l) { return (l + 1) % k == 0 || l + 1 == layers; };
 
   constexpr std::uint64_t no_grad = UINT64_MAX;  // a gradient not allocated (or freed)
-  std::vector<std::uint64_t> grads(trained.size(), no_grad), state;
+  std::vector<std::uint64_t> grads(sharded_grads ? 1 : trained.size(), no_grad), state;
+  const bool caches = autocast_caches(o);
+  // What one micro-batch keeps from its forward to its backward.
+  struct in_flight_batch {
+    std::uint64_t tokens = no_grad, x = no_grad, root = no_grad;
+    std::vector<std::vector<std::uint64_t>> saved;
+    std::vector<std::uint64_t> checkpoint, cast, gathered;
+  };
+  auto forward = [&](in_flight_batch& b) {
+    if (p.first_stage()) b.tokens = g.alloc(c::activations, t * 8);
+    if (gathers) b.root = g.alloc(c::weights, bytes_of(o.weights, outer_elements));  // the root unit, whole
+    b.x = g.alloc(c::activations, r);  // the embedding output (a stage's input): layer 0's input
+    b.saved.assign(layers, {});
+    b.checkpoint.assign(layers, 0);  // a segment's output, kept as the next one's input
+    // Autocast's bf16 copies of the layer's weights: cached at first use, held after the
+    // region's end by autograd (each product saves its bf16 weight) until the layer's backward.
+    b.cast.assign(layers, no_grad);
+    b.gathered.assign(layers, no_grad);
+    for (std::uint64_t l = 0; l < layers; ++l) {
+      if (whole_pass) b.gathered[l] = g.alloc(c::weights, layer_bytes);  // kept until the layer's backward
+      if (caches) b.cast[l] = g.alloc(c::autocast_cache, cached_layer_bytes(m, tp));
+      if (dequant != 0) g.free(g.alloc(c::temporaries, dequant));
+      layer_forward(b.saved[l]);
+      if (k == 0) continue;
+      std::uint64_t out = b.saved[l].back();
+      b.saved[l].pop_back();
+      free_all(b.saved[l]);
+      if (segment_end(l)) b.checkpoint[l] = out;
+      else g.free(out);
+    }
+  };
+  auto backward = [&](in_flight_batch& b, bool first) {
+    auto grad = [&](std::size_t i) {
+      if (first && !sharded_grads) grads[i] = g.alloc(c::gradients, bytes_of(grad_format, trained[i]));
+    };
+    // The whole gradient of what was just differentiated, reduced into the partition at once.
+    auto reduced = [&](std::uint64_t bytes) {
+      if (sharded_grads) g.free(g.alloc(c::gradients, bytes));
+    };
+    if (first && sharded_grads && p.offload == offload_kind::none)
+      grads[0] = g.alloc(c::gradients, bytes_of(sharded_format(o), shard_elements(m, o)));
+    std::uint64_t grad_x;
+    if (p.last_stage()) {
+      const std::uint64_t head_cast = caches ? g.alloc(c::autocast_cache, cached_head_bytes(m, tp)) : no_grad;
+      if (k != 0)  // a checkpointed forward saves nothing: the cache goes when the region ends
+        for (std::uint64_t& id : b.cast)
+          if (id != no_grad) g.free(std::exchange(id, no_grad));
+      std::uint64_t logits = g.alloc(c::activations, t * vocab * 4);  // fp32 for the loss
+      std::uint64_t grad_logits = g.alloc(c::temporaries, t * vocab * 4);
+      g.free(logits);
+      grad_x = g.alloc(c::temporaries, a);
+      g.free(grad_logits);
+      if (head_cast != no_grad) g.free(head_cast);
+    } else {
+      if (k != 0)
+        for (std::uint64_t& id : b.cast)
+          if (id != no_grad) g.free(std::exchange(id, no_grad));
+      grad_x = g.alloc(c::temporaries, a);  // the gradient the next stage sends back
+    }
+    for (std::size_t i = outer; i-- > 0;) grad(i);  // head, final norm, positions, embedding
+    reduced(bytes_of(o.weights, outer_elements));
+    for (std::uint64_t l = layers; l-- > 0;) {
+      if (k != 0 && segment_end(l)) {  // recompute the segment ending here from its input
+        for (std::uint64_t at = l - l % k; at <= l; ++at) {
+          if (caches) b.cast[at] = g.alloc(c::autocast_cache, cached_layer_bytes(m, tp));
+          layer_forward(b.saved[at]);
+        }
+        g.free(b.checkpoint[l]);  // recomputed: the copy kept by the forward is no longer needed
+      }
+      const std::uint64_t gathered = gathers && !whole_pass ? g.alloc(c::weights, layer_bytes) : no_grad;
+      const std::uint64_t whole_grad = sharded_grads ? g.alloc(c::gradients, layer_bytes) : no_grad;
+      for (std::size_t i = per_layer; i-- > 0;) grad(outer + l * per_layer + i);
+      std::uint64_t g_mlp = g.alloc(c::temporaries, mlp_bytes);
+      if (!o.flash_attention) g.free(g.alloc(c::temporaries, score_bytes));
+      g.free(g_mlp);
+      if (dequant != 0) g.free(g.alloc(c::temporaries, dequant));
+      free_all(b.saved[l]);
+      if (b.cast[l] != no_grad) g.free(std::exchange(b.cast[l], no_grad));
+      std::uint64_t below = g.alloc(c::temporaries, a);  // the gradient for the layer below
+      g.free(grad_x);
+      grad_x = below;
+      if (whole_grad != no_grad) g.free(whole_grad);  // reduce-scattered into the partition
+      if (gathered != no_grad) g.free(gathered);
+      if (b.gathered[l] != no_grad) g.free(b.gathered[l]);
+    }
+    g.free(grad_x);
+    g.free(b.x);
+    if (b.root != no_grad) g.free(b.root);
+    if (b.tokens != no_grad) g.free(b.tokens);
+  };
+
   for (int step = 0; step < o.steps; ++step) {
     g.mark_step();
     if (o.zero_grad_first)  // zero_grad(set_to_none=True) first: the last step's gradients go
       for (std::uint64_t& id : grads)
         if (id != no_grad) g.free(std::exchange(id, no_grad));
-    for (std::uint64_t mb = 0; mb < o.batch / micro; ++mb) {
-      auto grad = [&](std::size_t i) {
-        if (mb == 0) grads[i] = g.alloc(c::gradients, bytes_of(grad_format, trained[i]));
-      };
-      std::uint64_t tokens = g.alloc(c::activations, t * 8);
-      std::uint64_t x = g.alloc(c::activations, r);  // embedding output: layer 0's input
-      std::vector<std::vector<std::uint64_t>> saved(m.layers);
-      std::vector<std::uint64_t> checkpoint(m.layers, 0);  // a segment's output, kept as the next one's input
-      // Autocast's bf16 copies of the layer's weights: cached at first use, held after the
-      // region's end by autograd (each product saves its bf16 weight) until the layer's backward.
-      std::vector<std::uint64_t> cast(m.layers, no_grad);
-      const bool caches = autocast_caches(o);
-      for (std::uint64_t l = 0; l < m.layers; ++l) {
-        if (caches) cast[l] = g.alloc(c::autocast_cache, cached_layer_bytes(m));
-        if (dequant != 0) g.free(g.alloc(c::temporaries, dequant));
-        layer_forward(saved[l]);
-        if (k == 0) continue;
-        std::uint64_t out = saved[l].back();
-        saved[l].pop_back();
-        free_all(saved[l]);
-        if (segment_end(l)) checkpoint[l] = out;
-        else g.free(out);
-      }
-      const std::uint64_t head_cast = caches ? g.alloc(c::autocast_cache, cached_head_bytes(m)) : no_grad;
-      if (k != 0)  // a checkpointed forward saves nothing: the cache goes when the region ends
-        for (std::uint64_t& id : cast)
-          if (id != no_grad) g.free(std::exchange(id, no_grad));
-      std::uint64_t logits = g.alloc(c::activations, t * m.vocab * 4);  // fp32 for the loss
-      std::uint64_t grad_logits = g.alloc(c::temporaries, t * m.vocab * 4);
-      g.free(logits);
-      std::uint64_t grad_x = g.alloc(c::temporaries, a);
-      g.free(grad_logits);
-      if (head_cast != no_grad) g.free(head_cast);
-      for (std::size_t i = outer; i-- > 0;) grad(i);  // head, final norm, positions, embedding
-      for (std::uint64_t l = m.layers; l-- > 0;) {
-        if (k != 0 && segment_end(l)) {  // recompute the segment ending here from its input
-          for (std::uint64_t at = l - l % k; at <= l; ++at) {
-            if (caches) cast[at] = g.alloc(c::autocast_cache, cached_layer_bytes(m));
-            layer_forward(saved[at]);
-          }
-          g.free(checkpoint[l]);  // recomputed: the copy kept by the forward is no longer needed
-        }
-        for (std::size_t i = per_layer; i-- > 0;) grad(outer + l * per_layer + i);
-        std::uint64_t g_mlp = g.alloc(c::temporaries, mlp_bytes);
-        if (!o.flash_attention) g.free(g.alloc(c::temporaries, score_bytes));
-        g.free(g_mlp);
-        if (dequant != 0) g.free(g.alloc(c::temporaries, dequant));
-        free_all(saved[l]);
-        if (cast[l] != no_grad) g.free(std::exchange(cast[l], no_grad));
-        std::uint64_t below = g.alloc(c::temporaries, a);  // the gradient for the layer below
-        g.free(grad_x);
-        grad_x = below;
-      }
-      g.free(grad_x);
-      g.free(x);
-      g.free(tokens);
+    // 1F1B: the forwards of the micro-batches in flight, then a backward and a forward in turn
+    // (one device, or a pipeline's last stage: forward, backward, forward, ...).
+    std::vector<in_flight_batch> batches(micro_batches);
+    for (std::uint64_t mb = 0; mb < in_flight; ++mb) forward(batches[mb]);
+    for (std::uint64_t mb = 0; mb < micro_batches; ++mb) {
+      backward(batches[mb], mb == 0);
+      if (mb + in_flight < micro_batches) forward(batches[mb + in_flight]);
     }
     if (o.optimizer != optimizer_kind::none) {
       // State: zeros_like(param) (AdamW's moments, SGD's momentum: the parameter's dtype);
       // bitsandbytes' 8-bit AdamW: uint8 moments with an fp32 absmax per 256 elements, fp32
-      // moments for tensors under its min_8bit_size of 4096 elements.
-      if (state.empty())
-        for (std::uint64_t n : trained) {
+      // moments for tensors under its min_8bit_size of 4096 elements. With master weights, an
+      // fp32 copy (DeepSpeed's; FSDP's sharded parameter is that copy) and fp32 moments; sharded,
+      // the partition's (none on the device when offloaded).
+      const number_format sf = state_format(o);
+      const bool sharded_state = p.shards_optimizer();
+      const std::vector<std::uint64_t> partition = {shard_elements(m, o)};
+      const std::vector<std::uint64_t>& held = sharded_state ? partition : trained;
+      const bool on_device = !sharded_state || p.offload == offload_kind::none;
+      if (state.empty() && on_device)
+        for (std::uint64_t n : held) {
           const int moments = o.optimizer == optimizer_kind::sgd ? 1 : 2;
-          const std::uint64_t bytes = o.optimizer != optimizer_kind::adamw_8bit ? bytes_of(grad_format, n)
+          const std::uint64_t bytes = o.optimizer != optimizer_kind::adamw_8bit ? bytes_of(sf, n)
                                       : n >= 4096                               ? n + 4 * ((n + 255) / 256)
                                                                                 : 4 * n;
+          if (p.master_weights && p.sharding == shard_kind::zero) state.push_back(g.alloc(c::optimizer, 4 * n));
           for (int i = 0; i < moments; ++i) state.push_back(g.alloc(c::optimizer, bytes));
         }
       // AdamW's update divides by sqrt(v) + eps, a new tensor per parameter: the foreach
       // implementation makes them for the whole group at once (_foreach_sqrt), the single-tensor
-      // one a tensor at a time. SGD (no weight decay) and 8-bit AdamW update in place.
-      if (o.optimizer == optimizer_kind::adamw) {
+      // one a tensor at a time. SGD (no weight decay) and 8-bit AdamW update in place, and so
+      // does DeepSpeed's fused Adam.
+      if (o.optimizer == optimizer_kind::adamw && p.sharding != shard_kind::zero && on_device) {
         std::vector<std::uint64_t> denominators;
-        for (std::uint64_t n : trained) {
-          denominators.push_back(g.alloc(c::temporaries, bytes_of(grad_format, n)));
+        for (std::uint64_t n : held) {
+          denominators.push_back(g.alloc(c::temporaries, bytes_of(sf, n)));
           if (!o.foreach) g.free(denominators.back());
         }
         if (o.foreach)
@@ -459,7 +639,8 @@ inline void train(step_builder& g, const decoder_model& m, const step_options& o
       }
     }
     if (!o.zero_grad_first)
-      for (std::uint64_t& id : grads) g.free(std::exchange(id, no_grad));  // zero_grad(set_to_none=True)
+      for (std::uint64_t& id : grads)
+        if (id != no_grad) g.free(std::exchange(id, no_grad));  // zero_grad(set_to_none=True)
   }
   g.mark_step();  // the teardown
   for (std::uint64_t id : grads)
