@@ -50,6 +50,14 @@ const char* usage =
     "  --checkpoint none|every|K        activation checkpointing: every layer, or every K layers\n"
     "  --flash                          attention that never materializes the scores\n"
     "  --lora-rank R  --kv-cache fp32|bf16|int8  --decode-steps N\n"
+    "sharded training, per rank (--batch is each data-parallel rank's; docs/fit.md):\n"
+    "  --gpus N                         ranks in all (default tp x pp)\n"
+    "  --zero 0|1|2|3                   DeepSpeed ZeRO: shard optimizer state, + gradients, + parameters\n"
+    "  --fsdp full|grad-op|hybrid       PyTorch FSDP (hybrid: full shard in a node of --node-gpus G)\n"
+    "  --tp N  --pp N                   Megatron tensor parallel degree; pipeline stages (1F1B)\n"
+    "  --micro-batches M                micro-batches per step: the batch split in M\n"
+    "  --offload optimizer|params       ZeRO-Offload's optimizer state; or the parameters too\n"
+    "  --no-master-weights              with --zero or --fsdp: no fp32 master copy of bf16 weights\n"
     "cards:\n"
     "  --gpu GIB[,GIB...]               card capacities in GiB, or sizes with a unit (default 24,48,80,141)\n"
     "output:\n"
@@ -81,7 +89,8 @@ std::string as_asked(std::string what) {
       {"kv_cache", "--kv-cache"},       {"kv_heads", "--kv-heads"},           {"batch", "--batch"},
       {"sequence", "--sequence"},       {"layers", "--layers"},               {"hidden", "--hidden"},
       {"heads", "--heads"},             {"ffn", "--ffn"},                     {"vocab", "--vocab"},
-      {"positions", "--positions"},     {"weights", "--weights"}};
+      {"positions", "--positions"},     {"weights", "--weights"},             {"tensor parallel degree", "--tp"},
+      {"pipeline stages", "--pp"}};
   for (const auto& [field, flag] : flags)  // longer names first: micro_batch before batch
     for (std::size_t at = 0; (at = what.find(field, at)) != std::string::npos;) {
       const std::size_t end = at + std::string_view(field).size();
@@ -212,10 +221,24 @@ decoder_model read_model(const std::string& path) {
   return m;
 }
 
+/// The sharding flags as given (sharding.hpp makes a rank's plan of them).
+struct sharding_flags {
+  std::uint64_t gpus = 0;  ///< 0: tp x pp
+  std::optional<int> zero;
+  std::string fsdp;  ///< full, grad-op, hybrid, or empty
+  std::uint64_t node_gpus = 0;
+  std::uint64_t tp = 1, pp = 1;
+  std::uint64_t micro_batches = 0;
+  offload_kind offload = offload_kind::none;
+  bool master_weights = true;
+  bool asked = false;  ///< any of them but --micro-batches given
+};
+
 /// What was asked.
 struct request {
   decoder_model model;
   step_options run;
+  sharding_flags sharding;
   std::vector<double> cards_gib = {24, 48, 80, 141};
   std::string json_path;
   std::string html_path;
@@ -281,6 +304,32 @@ request parse(const std::vector<std::string>& args) {
       q.run.kv_cache = parse_format(a, value());
     } else if (a == "--decode-steps") {
       q.run.decode_steps = parse_count(a, value());
+    } else if (a == "--gpus" || a == "--tp" || a == "--pp" || a == "--node-gpus" || a == "--micro-batches") {
+      const std::string& text = value();
+      const std::uint64_t n = parse_count(a, text);
+      if (n == 0 || n > (1u << 16)) throw usage_error(vram::refusal(a, text, "1 to 65536"));
+      sharding_flags& f = q.sharding;
+      (a == "--gpus" ? f.gpus : a == "--tp" ? f.tp : a == "--pp" ? f.pp : a == "--node-gpus" ? f.node_gpus : f.micro_batches) = n;
+      f.asked |= a != "--micro-batches";  // micro-batches alone are gradient accumulation
+    } else if (a == "--zero") {
+      const std::string& z = value();
+      if (z.size() != 1 || z[0] < '0' || z[0] > '3') throw usage_error("--zero: 0, 1, 2 or 3, not '" + z + "'");
+      q.sharding.zero = z[0] - '0';
+      q.sharding.asked = true;
+    } else if (a == "--fsdp") {
+      const std::string& f = value();
+      if (f != "full" && f != "grad-op" && f != "hybrid")
+        throw usage_error("--fsdp: full, grad-op or hybrid, not '" + f + "'");
+      q.sharding.fsdp = f;
+      q.sharding.asked = true;
+    } else if (a == "--offload") {
+      const std::string& f = value();
+      if (f != "optimizer" && f != "params") throw usage_error("--offload: optimizer or params, not '" + f + "'");
+      q.sharding.offload = f == "optimizer" ? offload_kind::optimizer : offload_kind::params;
+      q.sharding.asked = true;
+    } else if (a == "--no-master-weights") {
+      q.sharding.master_weights = false;
+      q.sharding.asked = true;
     } else if (a == "--gpu") {
       q.cards_gib = parse_cards_gib(value());
     } else if (a == "--json") {

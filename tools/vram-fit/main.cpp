@@ -22,6 +22,7 @@
 #include <vram-fit/remedies.hpp>
 #include <vram-fit/render.hpp>
 #include <vram-fit/search.hpp>
+#include <vram-fit/sharding.hpp>
 #include <vram-replay/lineup.hpp>
 #include <vram-replay/output_file.hpp>
 #include <vram/core/bytes.hpp>
@@ -46,7 +47,8 @@ int answer(const request& q) {
       return 1;
     }
   const auto allocators = fit_allocators();
-  const step_trace base = generate_step(q.model, q.run);
+  const step_options worst = worst_rank(q.model, q.run, allocators[0]);  // one rank of a sharded run: the worst
+  const step_trace base = generate_step(q.model, worst);
   const category_peak peak = peak_by_category(base);
   html_page page(q, peak);
   std::vector<outcome> needs;
@@ -58,7 +60,9 @@ int answer(const request& q) {
   if (q.run.double_quant) out << "-dq";
   if (q.run.mode == run_mode::training || q.run.mode == run_mode::lora)
     out << ", optimizer " << optimizer_name(q.run.optimizer) << (q.run.foreach ? "" : " (single-tensor)");
-  out << "\n\n";
+  out << "\n";
+  if (q.sharding.asked) out << sharding_lines(q, q.model, worst);
+  out << "\n";
   out << "peak live " << gib(double(peak.peak_live)) << " GiB:";
   for (std::size_t i = 0; i < category_count; ++i)
     if (peak.at_peak[i] != 0) out << " " << category_names[i] << " " << gib(double(peak.at_peak[i]));
@@ -73,7 +77,33 @@ int answer(const request& q) {
   json << "}, \"needs\": {";
   for (std::size_t a = 0; a < needs.size(); ++a)
     json << (a ? ", " : "") << "\"" << needs[a].allocator << "\": " << needs[a].peak_reserved;
-  json << "}, \"cards\": [";
+  json << "}, ";
+  std::vector<std::uint64_t> smallest;  // per card, the fewest GPUs that fit (0: none)
+  for (double card : q.cards_gib)
+    if (q.sharding.asked)
+      smallest.push_back(smallest_gpus(q, static_cast<std::size_t>(card * double(std::uint64_t{1} << 30)), allocators[0]));
+  if (q.sharding.asked) {
+    const sharding_flags& f = q.sharding;
+    const parallel_plan& p = worst.parallel;
+    const model_states ms = model_states_of(q.model, worst);
+    const std::uint64_t micro = q.run.micro_batch == 0 ? q.run.batch : q.run.micro_batch;
+    json << "\"sharding\": {\"strategy\": \"" << strategy_name(f) << "\", \"gpus\": " << f.gpus
+         << ", \"data_parallel\": " << f.gpus / replica_gpus(f) << ", \"tensor_parallel\": " << f.tp
+         << ", \"pipeline_parallel\": " << f.pp << ", \"micro_batches\": " << q.run.batch / micro
+         << ", \"shards\": " << p.shards << ", \"master_weights\": " << (p.master_weights ? "true" : "false")
+         << ", \"offload\": \"" << offload_name(p.offload) << "\", \"worst_stage\": " << p.stage
+         << ", \"rank_parameters\": " << rank_parameters(q.model, p) << ", \"model_states\": {\"weights\": "
+         << ms.weights << ", \"gradients\": " << ms.gradients << ", \"optimizer\": " << ms.optimizer
+         << ", \"total\": " << ms.total() << "}, \"smallest_gpus\": [";
+    for (std::size_t c = 0; c < q.cards_gib.size(); ++c) {
+      const std::size_t capacity = static_cast<std::size_t>(q.cards_gib[c] * double(std::uint64_t{1} << 30));
+      const std::uint64_t n = smallest[c];
+      json << (c ? ", " : "") << "{\"capacity\": " << capacity << ", \"allocator\": \"" << allocators[0].name
+           << "\", \"gpus\": " << (n == 0 ? std::string("null") : std::to_string(n)) << "}";
+    }
+    json << "]}, ";
+  }
+  json << "\"cards\": [";
 
   // Remedies: each alone, what it needs on the first allocator (nothing refusing).
   struct ranked {
@@ -93,6 +123,18 @@ int answer(const request& q) {
     out << "\n" << q.cards_gib[c] << " GiB card\n";
     const std::string verdict = floor_verdict(q, peak, double(capacity));
     if (!verdict.empty()) out << "  " << verdict << "\n";
+    if (q.sharding.asked) {
+      const std::uint64_t n = smallest[c];
+      out << "  smallest number of GPUs that fits, " << strategy_name(q.sharding) << " x tensor " << q.sharding.tp
+          << " x pipeline " << q.sharding.pp << " (" << allocators[0].name << "): ";
+      if (n != 0) out << n << "\n";
+      else
+        out << "none up to 65536: "
+            << (q.run.parallel.shards_optimizer() && q.sharding.fsdp != "hybrid"
+                    ? "what each rank keeps whole (activations, unsharded state, gathered layers) exceeds the card"
+                    : "more ranks shard nothing more")
+            << "\n";
+    }
     json << (c ? ", " : "") << "{\"capacity\": " << capacity << ", \"verdict\": " << json_quote(verdict)
          << ", \"allocators\": [";
     // On this card, per allocator: whether it fits, and what it reserves here when it does
@@ -202,7 +244,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    return answer(parse(args));
+    request q = parse(args);
+    check_sharding(q);
+    q.run = rank_run(q, q.sharding.gpus);
+    return answer(q);
   } catch (const usage_error& e) {
     std::cerr << "vram-fit: " << e.what() << " (see vram-fit --help)\n";
     return 2;

@@ -46,7 +46,7 @@ inline std::vector<remedy> remedies_for(const step_options& r) {
   if (trains && micro > 1 && micro % 2 == 0)
     add("gradient accumulation (half the micro-batch)", "twice the forward/backward passes per step, same update",
         [micro](auto& o) { o.micro_batch = micro / 2; });
-  if (r.mode == run_mode::training)
+  if (r.mode == run_mode::training && r.parallel.single())  // sharded runs are full training
     add("LoRA, rank 16, frozen base", "trains adapters on q, k, v, o only", [](auto& o) {
       o.mode = run_mode::lora;
       o.lora_rank = 16;

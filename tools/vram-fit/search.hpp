@@ -74,13 +74,28 @@ std::string key_of(const decoder_model& m, const step_options& o) {
     << o.autocast << ' ' << int(o.optimizer) << ' ' << o.checkpoint_every << ' ' << o.flash_attention << ' '
     << o.lora_rank << ' ' << int(o.kv_cache) << ' ' << o.decode_steps << ' ' << o.steps << ' ' << o.double_quant << ' '
     << o.foreach;
+  const parallel_plan& p = o.parallel;
+  k << " | " << int(p.sharding) << ' ' << p.stage_of_zero << ' ' << p.shards << ' ' << p.tensor << ' ' << p.pipeline
+    << ' ' << p.stage << ' ' << p.master_weights << ' ' << int(p.offload);
   return k.str();
 }
 
-/// What run `o` reserves on `allocator` when nothing refuses it, remembered per run and
-/// allocator (the remedies and their combinations ask for the same runs on every card).
-std::uint64_t needs_of(const decoder_model& m, const step_options& o, const vram_replay::allocator_config& allocator,
-                       category_peak* peak = nullptr) {
+/// The ranks whose worst is a run's answer: the one rank of a run without a pipeline; else the
+/// first stage (the most micro-batches in flight, the embedding) and the last (the head and the
+/// logits). A stage between holds as many layers as the first, fewer micro-batches in flight
+/// and no embedding: never more than the first.
+std::vector<step_options> ranks_of(const step_options& o) {
+  step_options first = o, last = o;
+  first.parallel.stage = 0;
+  if (o.parallel.pipeline == 1) return {first};
+  last.parallel.stage = o.parallel.pipeline - 1;
+  return {first, last};
+}
+
+/// What one rank of run `o` reserves on `allocator` when nothing refuses it, remembered per run
+/// and allocator (the remedies and their combinations ask for the same runs on every card).
+std::uint64_t rank_needs(const decoder_model& m, const step_options& o, const vram_replay::allocator_config& allocator,
+                         category_peak* peak = nullptr) {
   static std::map<std::string, std::pair<std::uint64_t, category_peak>> known;
   const std::string key = allocator.name + ' ' + key_of(m, o);
   auto it = known.find(key);
@@ -93,16 +108,33 @@ std::uint64_t needs_of(const decoder_model& m, const step_options& o, const vram
   return it->second.first;
 }
 
-/// Whether run `o` fits `capacity` on `allocator`. Without a refusal a capped replay is the
-/// unbounded one, so a run that needs no more than the card fits, and one whose live bytes
-/// alone exceed it cannot; only between the two is the capped replay run.
+/// The rank of run `o` (ranks_of) that needs the most on `allocator`: a pipeline's worst stage.
+step_options worst_rank(const decoder_model& m, const step_options& o, const vram_replay::allocator_config& allocator) {
+  std::vector<step_options> ranks = ranks_of(o);
+  std::size_t worst = 0;
+  for (std::size_t i = 1; i < ranks.size(); ++i)
+    if (rank_needs(m, ranks[i], allocator) > rank_needs(m, ranks[worst], allocator)) worst = i;
+  return ranks[worst];
+}
+
+/// What the worst rank of run `o` reserves on `allocator` when nothing refuses it.
+std::uint64_t needs_of(const decoder_model& m, const step_options& o, const vram_replay::allocator_config& allocator,
+                       category_peak* peak = nullptr) {
+  return rank_needs(m, worst_rank(m, o, allocator), allocator, peak);
+}
+
+/// Whether every rank of run `o` fits `capacity` on `allocator`. Without a refusal a capped
+/// replay is the unbounded one, so a rank that needs no more than the card fits, and one whose
+/// live bytes alone exceed it cannot; only between the two is the capped replay run.
 bool fits_on(const decoder_model& m, const step_options& o, std::size_t capacity,
              const vram_replay::allocator_config& allocator) {
-  category_peak p;
-  const std::uint64_t needs = needs_of(m, o, allocator, &p);
-  if (needs <= capacity) return true;
-  if (p.peak_live > capacity) return false;
-  return replay_on(generate_step(m, o), capacity, {allocator})[0].fits;
+  for (const step_options& rank : ranks_of(o)) {
+    category_peak p;
+    const std::uint64_t needs = rank_needs(m, rank, allocator, &p);
+    if (needs <= capacity) continue;
+    if (p.peak_live > capacity || !replay_on(generate_step(m, rank), capacity, {allocator})[0].fits) return false;
+  }
+  return true;
 }
 
 /// The largest value of `field` in [1, limit] for which the step fits under `allocator`,
@@ -135,6 +167,12 @@ std::uint64_t largest_fitting(const request& q, std::uint64_t step_options::*fie
 std::string floor_verdict(const request& q, const category_peak& peak, double capacity) {
   const double w = double(peak.own_peak[0]), g = double(peak.own_peak[1]), o = double(peak.own_peak[2]);
   std::ostringstream s;
+  if (!q.run.parallel.single()) {  // one rank's share: more ranks or a deeper sharding is the answer
+    if (w + g + o > capacity)
+      s << "on each rank, weights, gradients and optimizer state at their peaks (" << gib(w + g + o)
+        << " GiB) exceed the card: more ranks, a deeper sharding (--zero 3, --fsdp full), --tp, --pp or --offload";
+    return s.str();
+  }
   if (w > capacity) {
     s << "the weights alone (" << gib(w) << " GiB) exceed the card: quantize the base (int8, int4) or shard the model";
   } else if (q.run.mode == run_mode::training && w + g > capacity) {
