@@ -1,5 +1,6 @@
 // The vram-fit executable, run as a user would: the 7B-on-24-GB case, GPT-2 on common cards,
-// its bisection checked against itself one batch further, JSON output, and bad input.
+// its bisection checked against itself one batch further, JSON output, bad input, and sharded
+// training across GPUs.
 
 #include <catch2/catch.hpp>
 
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +19,7 @@
 #include <string>
 
 #include <vram/trace/detail/json.hpp>
+#include <vram/trace/step.hpp>
 
 #ifndef VRAM_FIT_EXE
 #error "VRAM_FIT_EXE: tools/CMakeLists.txt defines it wherever vram-fit is built"
@@ -184,4 +187,230 @@ TEST_CASE("vram-fit: the page's bars and the text agree, per card and allocator"
   }
   CHECK(fitting > 0);
   CHECK(refused > 0);
+}
+
+// Sharded training (docs/fit.md, "Sharded training"): the model state of a rank exactly as the
+// ZeRO and FSDP rules give it for a known parameter count, Megatron's tensor-parallel share
+// counted from the shapes, a 1F1B stage holding its micro-batches in flight, the smallest
+// number of GPUs checked against one step fewer, and contradictory flags.
+
+namespace {
+
+using vram::detail::trace::json_value;
+
+std::uint64_t count(const json_value& v, const char* key) { return std::uint64_t(field(v, key).as_int()); }
+
+/// Whether the first allocator fits the first card.
+bool first_fits(const json_value& a) {
+  return field(field(field(a, "cards").array.at(0), "allocators").array.at(0), "fits").boolean;
+}
+
+constexpr std::uint64_t llama_70b = 68'976'648'192, gpt2_small = 124'439'808;
+
+
+}  // namespace
+
+TEST_CASE("vram-fit: a rank's model state is the ZeRO paper's, byte for byte (mixed-precision Adam, K = 12)") {
+  struct preset {
+    const char* name;
+    std::uint64_t psi;
+  };
+  for (const preset& p : {preset{"gpt2", gpt2_small}, preset{"llama-2-70b", llama_70b}})
+    for (std::uint64_t n : {1, 3, 8, 64})
+      for (int stage : {1, 2, 3}) {
+        const std::string args = std::string("--preset ") + p.name + " --sequence 128 --flash --checkpoint every --gpu 80 "
+                                 "--no-search --gpus " + std::to_string(n) + " --zero " + std::to_string(stage);
+        INFO(args);
+        const json_value a = answer(args);
+        const json_value& s = field(a, "sharding");
+        CHECK(count(a, "parameters") == p.psi);
+        CHECK(count(s, "rank_parameters") == p.psi);
+        CHECK(count(s, "shards") == n);
+        const std::uint64_t part = (p.psi + n - 1) / n;  // a rank's partition: ceil(Psi / N)
+        const json_value& ms = field(s, "model_states");
+        // ZeRO-1: 2Psi + 2Psi + K Psi/N; ZeRO-2: 2Psi + (2 + K) Psi/N; ZeRO-3: (2 + 2 + K) Psi/N.
+        CHECK(count(ms, "weights") == (stage == 3 ? 2 * part : 2 * p.psi));
+        CHECK(count(ms, "gradients") == (stage >= 2 ? 2 * part : 2 * p.psi));
+        CHECK(count(ms, "optimizer") == 12 * part);
+        // The generated step holds exactly that optimizer state at its peak (fp32 master, m, v).
+        CHECK(count(field(a, "peak_by_category"), "optimizer") == 12 * part);
+      }
+}
+
+TEST_CASE("vram-fit: FSDP's sharded state is fp32 under MixedPrecision; pure bf16 halves it") {
+  const std::uint64_t part = llama_70b / 8;
+  for (const char* strategy : {"full", "grad-op"}) {
+    const json_value a = answer(std::string("--preset llama-2-70b --sequence 128 --flash --checkpoint every --gpu 80 "
+                                            "--no-search --gpus 8 --fsdp ") + strategy);
+    const json_value& ms = field(field(a, "sharding"), "model_states");
+    CHECK(count(ms, "weights") == 4 * part);  // the sharded fp32 parameter is the master copy
+    CHECK(count(ms, "gradients") == 4 * part);
+    CHECK(count(ms, "optimizer") == 8 * part);
+    CHECK(count(field(a, "peak_by_category"), "optimizer") == 8 * part);
+  }
+  const json_value pure = answer("--preset llama-2-70b --sequence 128 --flash --checkpoint every --gpu 80 --no-search "
+                                 "--gpus 8 --fsdp full --no-master-weights");
+  const json_value& ms = field(field(pure, "sharding"), "model_states");
+  CHECK(count(ms, "total") == (2 + 2 + 4) * part);
+}
+
+namespace {
+
+/// The generator's own peak of `c` for one rank of llama-2-70b (sequence 128, flash,
+/// checkpointing every layer) under `plan`.
+std::uint64_t own_peak(const vram::trace::parallel_plan& plan, vram::trace::category c) {
+  using namespace vram::trace;
+  step_options o;
+  o.sequence = 128;
+  o.flash_attention = true;
+  o.checkpoint_every = 1;
+  o.parallel = plan;
+  return peak_by_category(generate_step(*find_preset("llama-2-70b"), o)).own_peak[std::size_t(c)];
+}
+
+}  // namespace
+
+TEST_CASE("generator: sharded parameters are gathered around their use, whole for shard-grad-op") {
+  using namespace vram::trace;
+  const decoder_model m = *find_preset("llama-2-70b");
+  const std::uint64_t part = llama_70b / 8;
+  // The root unit (embedding, final norm, head) is gathered for the whole pass, in bf16.
+  const std::uint64_t root = 2 * (2 * m.vocab * m.hidden + m.hidden), layer = 2 * m.layer_parameters();
+  parallel_plan fsdp;
+  fsdp.sharding = shard_kind::fsdp;
+  fsdp.stage_of_zero = 3;
+  fsdp.shards = 8;
+  fsdp.master_weights = true;
+  CHECK(own_peak(fsdp, category::weights) == 4 * part + root + layer);  // one layer at a time
+  parallel_plan grad_op = fsdp;
+  grad_op.stage_of_zero = 2;
+  CHECK(own_peak(grad_op, category::weights) == 4 * part + 2 * llama_70b);  // every layer, to its backward
+  // Offloaded parameters: only what is gathered; DeepSpeed's estimate for this case is 4 x the
+  // largest layer (its gathered bf16 weights and their whole gradient).
+  parallel_plan offloaded = fsdp;
+  offloaded.sharding = shard_kind::zero;
+  offloaded.offload = offload_kind::params;
+  CHECK(own_peak(offloaded, category::weights) == root + layer);
+  CHECK(own_peak(offloaded, category::gradients) == layer);
+  CHECK(own_peak(offloaded, category::optimizer) == 0);
+}
+
+TEST_CASE("vram-fit: offloading leaves the device only what is computed with") {
+  const json_value params = answer("--preset llama-2-70b --sequence 128 --flash --checkpoint every --gpu 80 --no-search "
+                                   "--gpus 8 --zero 3 --offload params");
+  CHECK(count(field(field(params, "sharding"), "model_states"), "total") == 0);
+  CHECK(count(field(params, "peak_by_category"), "optimizer") == 0);
+  const json_value optimizer = answer("--preset llama-2-70b --sequence 128 --flash --checkpoint every --gpu 80 "
+                                      "--no-search --gpus 8 --zero 3 --offload optimizer");
+  const json_value& ms = field(field(optimizer, "sharding"), "model_states");
+  CHECK(count(ms, "weights") == 2 * (llama_70b / 8));  // DeepSpeed's estimate: 2 Psi / N (and the gathered layer)
+  CHECK(count(ms, "gradients") + count(ms, "optimizer") == 0);
+}
+
+TEST_CASE("vram-fit: Megatron's tensor-parallel share, counted from the shapes") {
+  const vram::trace::decoder_model m = *vram::trace::find_preset("llama-2-70b");
+  const std::uint64_t tp = 8, h = m.hidden, kv = m.kv_heads * (h / m.heads), f = m.ffn;
+  // Per layer: two norms whole; q and o (h x h), k and v (h x kv), the MLP's three (h x f) split.
+  const std::uint64_t layer = 2 * h + (2 * h * h + 2 * h * kv + 3 * h * f) / tp;
+  const std::uint64_t share = m.layers * layer + 2 * (m.vocab / tp) * h + h;  // embedding, head; the final norm
+  const json_value a = answer("--preset llama-2-70b --sequence 128 --gpu 80 --no-search --gpus 8 --tp 8");
+  CHECK(count(field(a, "sharding"), "rank_parameters") == share);
+  CHECK(count(field(a, "peak_by_category"), "weights") == 2 * share);  // bf16, replicated state: nothing else split
+  CHECK(count(field(a, "sharding"), "data_parallel") == 1);
+}
+
+TEST_CASE("generator: a 1F1B pipeline stage holds the activations of its micro-batches in flight") {
+  using namespace vram::trace;
+  const decoder_model m = *find_preset("llama-2-7b");
+  step_options o;
+  o.batch = 8;
+  o.sequence = 512;
+  o.flash_attention = true;
+  o.parallel.pipeline = 4;
+  auto activations = [&](std::uint64_t micro_batch, std::uint64_t stage) {
+    step_options s = o;
+    s.micro_batch = micro_batch;
+    s.parallel.stage = stage;
+    return peak_by_category(generate_step(m, s)).own_peak[std::size_t(category::activations)];
+  };
+  // One micro-batch of 1: one in flight. Eight micro-batches of 1: stage s holds 4 - s (the
+  // last stage, which also makes the logits, one).
+  for (std::uint64_t stage = 0; stage < 4; ++stage) {
+    INFO("stage " << stage);
+    step_options one = o;
+    one.batch = 1;
+    one.parallel.stage = stage;
+    const std::uint64_t single = peak_by_category(generate_step(m, one)).own_peak[std::size_t(category::activations)];
+    CHECK(activations(1, stage) == (4 - stage) * single);
+  }
+  // Stage 0 holds the embedding, the last the final norm and the head; 8 layers each.
+  parallel_plan first, last;
+  first.pipeline = last.pipeline = 4;
+  last.stage = 3;
+  CHECK(rank_parameters(m, first) == 8 * m.layer_parameters() + m.vocab * m.hidden);
+  CHECK(rank_parameters(m, last) == 8 * m.layer_parameters() + m.hidden + m.vocab * m.hidden);
+}
+
+TEST_CASE("vram-fit: the smallest number of GPUs fits, and one step fewer does not") {
+  struct strategy {
+    const char* run;
+    std::uint64_t step;  // the GPUs of one model replica: tp x pp
+  };
+  for (const strategy& s :
+       {strategy{"--preset llama-2-70b --gpu 80 --zero 3", 1}, strategy{"--preset llama-2-70b --gpu 80 --fsdp full", 1},
+        strategy{"--preset llama-2-7b --gpu 24 --zero 2", 1}, strategy{"--preset llama-2-7b --gpu 40 --zero 1", 1},
+        strategy{"--preset llama-2-70b --gpu 16 --zero 1 --tp 8 --pp 4 --micro-batches 8 --batch 8", 32}}) {
+    const std::string run = std::string(s.run) + " --sequence 2048 --flash --checkpoint every --no-search";
+    INFO(run);
+    const json_value a = answer(run + " --gpus " + std::to_string(s.step));
+    const json_value& smallest = field(field(a, "sharding"), "smallest_gpus").array.at(0);
+    REQUIRE(smallest.find("gpus")->is_number());
+    const std::uint64_t n = count(smallest, "gpus");
+    INFO("smallest " << n);
+    CHECK(n % s.step == 0);
+    CHECK(n > s.step);  // the search had something to do
+    CHECK(first_fits(answer(run + " --gpus " + std::to_string(n))));
+    CHECK_FALSE(first_fits(answer(run + " --gpus " + std::to_string(n - s.step))));
+  }
+  // Replicated state and hybrid FSDP do not shrink with more ranks: none fits when one replica
+  // (one node) does not.
+  const json_value ddp = answer("--preset llama-2-13b --sequence 2048 --flash --gpu 80 --no-search --gpus 64");
+  CHECK(field(field(field(ddp, "sharding"), "smallest_gpus").array.at(0), "gpus").type == json_value::kind::null);
+}
+
+TEST_CASE("vram-fit: sharded runs answer for ZeRO, FSDP, tensor and pipeline parallelism") {
+  for (const char* flags : {"--gpus 8 --zero 3", "--gpus 8 --fsdp full", "--gpus 16 --fsdp hybrid --node-gpus 8",
+                            "--gpus 8 --fsdp grad-op", "--gpus 8 --tp 8", "--gpus 32 --tp 8 --pp 4 --micro-batches 8 --batch 8",
+                            "--gpus 8 --zero 3 --offload params"}) {
+    run_result r = run(std::string("--preset llama-2-70b --flash --checkpoint every --gpu 80 --no-search ") + flags);
+    INFO(flags << "\n" << r.out);
+    CHECK(r.status == 0);
+    CHECK(r.out.find("per rank of ") != std::string::npos);
+    CHECK(r.out.find("smallest number of GPUs that fits") != std::string::npos);
+  }
+}
+
+TEST_CASE("vram-fit: contradictory sharding flags are refused with exit 2, naming the flag") {
+  struct bad {
+    const char* args;
+    const char* named;
+  };
+  for (const bad& b : {bad{"--zero 3 --fsdp full", "--zero and --fsdp"}, bad{"--gpus 6 --tp 4", "--gpus (6)"},
+                       bad{"--fsdp hybrid", "--node-gpus"}, bad{"--fsdp full --node-gpus 8", "--node-gpus"},
+                       bad{"--gpus 12 --fsdp hybrid --node-gpus 8", "--node-gpus (8)"},
+                       bad{"--pp 2 --zero 3", "--zero 3 with --pp"}, bad{"--pp 2 --fsdp full", "--fsdp with --pp"},
+                       bad{"--zero 2 --offload params", "--offload params"},
+                       bad{"--fsdp full --offload optimizer", "--offload optimizer"},
+                       bad{"--gpus 8 --offload optimizer", "--offload"}, bad{"--zero 4", "--zero"},
+                       bad{"--fsdp half", "--fsdp"}, bad{"--tp 3", "--tp (3)"}, bad{"--pp 3", "--pp (3)"},
+                       bad{"--gpus 8 --zero 3 --mode lora", "--mode lora"}, bad{"--no-master-weights", "--zero or --fsdp"},
+                       bad{"--batch 4 --micro-batches 3", "--micro-batches (3)"},
+                       bad{"--batch 4 --micro-batches 2 --micro-batch 2", "--micro-batch"}, bad{"--gpus 0", "--gpus"},
+                       bad{"--tp", "--tp"}}) {
+    run_result r = run(std::string("--preset llama-2-70b --gpu 80 ") + b.args);
+    INFO(b.args << "\n" << r.out);
+    CHECK(r.status == 2);
+    CHECK(r.out.find(b.named) != std::string::npos);
+    CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 1);  // one line
+  }
 }
