@@ -19,6 +19,8 @@
 //
 //   pool/bare                       the pool alone
 //   pool/statistics_adaptor         statistics_adaptor{vram::ref(pool)}
+//   pool/statistics_adaptor/own_stream  the same, one pool and adaptor shared by 1 and 2 threads,
+//                                   each on its own host stream (does the pair scale?)
 //   pool/quota_adaptor              quota_adaptor over the pool, two levels
 //   pool/tracker_adaptor            tracker_adaptor over the pool
 //   pool/tracker_adaptor/event_log  the same, appending every event to its event log (a file in
@@ -43,6 +45,7 @@
 #include <vram/adaptor/statistics_adaptor.hpp>
 #include <vram/adaptor/tracker_adaptor.hpp>
 #include <vram/alloc/stream_pool.hpp>
+#include <vram/core/host_stream.hpp>
 #include <vram/core/observer.hpp>
 #include <vram/core/ref.hpp>
 #include <vram/source/host_source.hpp>
@@ -196,6 +199,19 @@ void pool_statistics(benchmark::State& state) {
   vram::tenant_scope scope(vram::tenant::none());
   pair_loop(state, r);
 }
+void pool_statistics_own_stream(benchmark::State& state) {
+  static pool_t pool;
+  static vram::statistics_adaptor r{vram::ref(pool)};
+  vram::host_stream s;
+  vram::tenant_scope scope(vram::tenant::none());
+  for (auto _ : state) {
+    void* p = r.allocate(s, slot_bytes);
+    benchmark::DoNotOptimize(p);
+    r.deallocate(s, p, slot_bytes);
+  }
+  s.synchronize();
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * 2);
+}
 void pool_quota(benchmark::State& state) {
   pool_t pool;
   two_level_quota t;
@@ -249,6 +265,7 @@ BENCHMARK(quota_ledger)->Name("quota_adaptor/ledger");
 BENCHMARK(tracker)->Name("tracker_adaptor");
 BENCHMARK(pool_bare)->Name("pool/bare");
 BENCHMARK(pool_statistics)->Name("pool/statistics_adaptor");
+BENCHMARK(pool_statistics_own_stream)->Name("pool/statistics_adaptor/own_stream")->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(pool_quota)->Name("pool/quota_adaptor");
 BENCHMARK(pool_tracker)->Name("pool/tracker_adaptor");
 BENCHMARK(pool_tracker_event_log)->Name("pool/tracker_adaptor/event_log");

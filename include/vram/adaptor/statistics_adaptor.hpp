@@ -17,11 +17,18 @@
 namespace vram {
 
 /// Counts live bytes, their peak, allocations, deallocations and OOMs of everything allocated
-/// through it, in total and per tenant. Cheap enough to leave on in production: one relaxed
-/// atomic add per operation (the total, so its peak is exact) and per-thread shards of
-/// per-tenant counters in fixed arrays indexed by tenant id (no map, no lock, no contended
-/// line); about 16 ns per allocate + deallocate pair over a stream_pool (docs/PERFORMANCE.md). The counters take about
-/// 100 KiB (17 shards x 256 tenants x 24 bytes).
+/// through it, in total and per tenant. Cheap enough to leave on in production: no atomic
+/// read-modify-write on the common path. Each thread (the first 16; later ones share one
+/// locked shard) writes its own shard of counters with plain stores; a shard publishes its
+/// share of the total live bytes to one shared word only every 64 KiB of net growth or when a
+/// free would take its share below zero (docs/PERFORMANCE.md: 4–5 ns per pair over a
+/// stream_pool). The counters take about 100 KiB (17 shards x 256 tenants x 24 bytes).
+///
+/// What the figures mean across threads: current figures (live bytes, counts, per tenant) are
+/// exact whenever no other thread is in the middle of an operation. peak_live_bytes is the
+/// highest total any allocation saw, and never below live_bytes: never above the true peak,
+/// exact when one thread allocates, and otherwise below it by less than 64 KiB per other
+/// thread that allocated through the adaptor (the bytes such a thread has not yet published).
 ///
 /// Tenants: an allocation counts for the explicit tenant argument, else vram::current_tenant().
 /// A deallocation counts for the tenant in effect at the free (explicit or current scope):
@@ -111,9 +118,10 @@ class statistics_adaptor : public detail::adaptor::adaptor_base<statistics_adapt
   /// Starts the peak again from the current live bytes (e.g. at the start of each step).
   void reset_peak() noexcept { counters_->reset_peak(); }
 
-  /// Verifies its own records, then the upstream's: per-tenant live bytes sum to the total (under VRAM_DEBUG).
-  /// Exact when no other thread is allocating through the adaptor: the counters are
-  /// per-thread shards written without a lock.
+  /// Verifies its own records, then the upstream's: per-tenant live bytes sum to the total and
+  /// every shard's unpublished share is in range (under VRAM_DEBUG). Exact when no other
+  /// thread is allocating through the adaptor: the counters are per-thread shards written
+  /// without a lock.
   void check_invariants() const {
 #if VRAM_DEBUG
     if (!counters_->consistent()) throw std::logic_error("statistics_adaptor: per-tenant live bytes do not sum to the total");

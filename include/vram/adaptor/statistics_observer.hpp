@@ -13,8 +13,9 @@
 
 namespace vram {
 
-/// Counts what an allocator reports: live bytes (exact peak), allocations, deallocations and
-/// OOMs in total and per tenant (the tenant in scope at each call, as statistics_adaptor),
+/// Counts what an allocator reports: live bytes and their peak (as statistics_adaptor defines
+/// it across threads), allocations, deallocations and OOMs in total and per tenant (the tenant
+/// in scope at each call, as statistics_adaptor),
 /// plus the bytes the allocator holds from its upstream (grow minus release) and their peak.
 ///
 /// Copies share the counters, so keep a copy to read them while the allocator owns another:
