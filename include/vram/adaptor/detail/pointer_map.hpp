@@ -1,7 +1,8 @@
 #pragma once
 // A pointer -> record map split into independently locked shards, so adaptors that must
 // remember something per live allocation (its tenant, its size) do not serialise all threads
-// behind one mutex.
+// behind one mutex. Each shard is an open-addressed table (detail::flat_map): no node is
+// allocated per record.
 
 #include <array>
 #include <cstddef>
@@ -9,7 +10,8 @@
 #include <functional>
 #include <mutex>
 #include <optional>
-#include <unordered_map>
+
+#include <vram/detail/flat_map.hpp>
 
 namespace vram::detail::adaptor {
 
@@ -22,7 +24,8 @@ class adaptor_pointer_map {
   void insert(const void* p, const Record& r) {
     auto& s = shard(p);
     std::lock_guard lock(s.mutex);
-    s.map.emplace(p, r);
+    if (p == nullptr || s.map.locate(key(p)) != map_t::npos) return;  // as a map's emplace: the first record stays
+    s.map.insert(key(p), r);
   }
 
   /// Removes p if `accept(record)` says so; returns the record found (removed or not).
@@ -30,19 +33,19 @@ class adaptor_pointer_map {
   std::optional<Record> take_if(const void* p, Accept&& accept) noexcept {
     auto& s = shard(p);
     std::lock_guard lock(s.mutex);
-    auto it = s.map.find(p);
-    if (it == s.map.end()) return std::nullopt;
-    Record r = it->second;
-    if (accept(r)) s.map.erase(it);
+    std::size_t slot = s.map.locate(key(p));
+    if (slot == map_t::npos) return std::nullopt;
+    Record r = s.map.at(slot);
+    if (accept(r)) s.map.erase_at(slot);
     return r;
   }
 
   [[nodiscard]] std::optional<Record> find(const void* p) const {
     auto& s = shard(p);
     std::lock_guard lock(s.mutex);
-    auto it = s.map.find(p);
-    if (it == s.map.end()) return std::nullopt;
-    return it->second;
+    Record* r = s.map.find(key(p));
+    if (r == nullptr) return std::nullopt;
+    return *r;
   }
 
   [[nodiscard]] std::size_t size() const {
@@ -59,15 +62,17 @@ class adaptor_pointer_map {
   void for_each(F&& f) const {
     for (auto& s : shards_) {
       std::lock_guard lock(s.mutex);
-      for (auto& [p, r] : s.map) f(p, r);
+      s.map.for_each([&](std::uintptr_t p, const Record& r) { f(reinterpret_cast<const void*>(p), r); });
     }
   }
 
  private:
+  using map_t = flat_map<Record>;
   struct alignas(64) shard_t {
     mutable std::mutex mutex;
-    std::unordered_map<const void*, Record> map;
+    map_t map;
   };
+  static std::uintptr_t key(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p); }
   shard_t& shard(const void* p) const noexcept {
     // Allocations are at least 256-byte aligned: skip the always-zero bits, then mix.
     auto v = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p) >> 8);

@@ -17,11 +17,11 @@
 
 #include <vram/core/stats.hpp>
 #include <vram/core/stream_ref.hpp>
-#include <vram/alloc/detail/stream_pool/flat_map.hpp>
 #include <vram/alloc/detail/stream_pool/heap.hpp>
 #include <vram/alloc/detail/stream_pool/size_classes.hpp>
 #include <vram/alloc/detail/stream_pool/spin_lock.hpp>
 #include <vram/alloc/detail/stream_pool/stream_marker.hpp>
+#include <vram/detail/flat_map.hpp>
 
 namespace vram::detail::stream_pool {
 

@@ -1,7 +1,8 @@
 #pragma once
-// detail::stream_pool::flat_map: an open-addressing hash map from block address to block node, for
-// the pool's O(1) deallocate lookup (faster than std::unordered_map: one probe sequence in
-// one array, no node allocation). Keys are non-zero addresses; 0 marks an empty slot.
+// detail::flat_map: an open-addressing hash map from an address to a small value: stream_pool's
+// block nodes (its O(1) deallocate lookup) and the adaptors' per-pointer records (faster than
+// std::unordered_map: one probe sequence in one array, no node allocation). Keys are non-zero
+// addresses; 0 marks an empty slot. The table grows and never shrinks.
 //
 // Linear probing with backward-shift deletion (no tombstones), load factor <= 1/4: runs stay
 // so short that a lookup usually ends at the home slot and an erase moves nothing, so the
@@ -13,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace vram::detail::stream_pool {
+namespace vram::detail {
 
 template <class Value>
 class flat_map {
@@ -102,4 +103,4 @@ class flat_map {
   std::size_t size_ = 0;
 };
 
-}  // namespace vram::detail::stream_pool
+}  // namespace vram::detail
