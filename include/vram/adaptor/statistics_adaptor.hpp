@@ -19,7 +19,7 @@ namespace vram {
 /// Counts live bytes, their peak, allocations, deallocations and OOMs of everything allocated
 /// through it, in total and per tenant. Cheap enough to leave on in production: no atomic
 /// read-modify-write on the common path. Each thread (the first 16; later ones share one
-/// locked shard) writes its own shard of counters with plain stores; a shard publishes its
+/// shard updated with atomic adds) writes its own shard of counters with plain stores; a shard publishes its
 /// share of the total live bytes to one shared word only every 64 KiB of net growth or when a
 /// free would take its share below zero (docs/PERFORMANCE.md: 4–5 ns per pair over a
 /// stream_pool). The counters take about 100 KiB (17 shards x 256 tenants x 24 bytes).
