@@ -40,11 +40,16 @@ class flat_map {
     return i != npos ? &slots_[i].value : nullptr;
   }
 
-  /// Inserts `key` (pre: absent, non-zero). May throw std::bad_alloc when growing.
-  void insert(std::uintptr_t key, Value value) {
+  /// Inserts `key` (pre: non-zero); false, changing nothing, when it is present already.
+  /// May throw std::bad_alloc when growing.
+  bool insert(std::uintptr_t key, Value value) {
     if ((size_ + 1) * 4 > slots_.size()) grow();
-    place(key, value);
+    std::size_t i = home(key);
+    for (; slots_[i].key != 0; i = (i + 1) & mask())
+      if (slots_[i].key == key) return false;
+    slots_[i] = slot{key, value};
     ++size_;
+    return true;
   }
 
   /// Removes `key` (pre: present).

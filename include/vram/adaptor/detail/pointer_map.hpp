@@ -24,8 +24,7 @@ class adaptor_pointer_map {
   void insert(const void* p, const Record& r) {
     auto& s = shard(p);
     std::lock_guard lock(s.mutex);
-    if (p == nullptr || s.map.locate(key(p)) != map_t::npos) return;  // as a map's emplace: the first record stays
-    s.map.insert(key(p), r);
+    if (p != nullptr) s.map.insert(key(p), r);  // present already: the first record stays
   }
 
   /// Removes p if `accept(record)` says so; returns the record found (removed or not).
