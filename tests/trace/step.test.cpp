@@ -234,3 +234,71 @@ TEST_CASE("nf4 and fp4: half a byte a weight, an fp32 absmax per 64; double quan
   STATIC_REQUIRE(stored_bytes(number_format::fp4, n, 11008, true) == n / 2 + blocks + 4 * (blocks / 256) + 4);
   STATIC_REQUIRE(stored_bytes(number_format::int8, n, 11008, false) == n + 4 * 11008);
 }
+
+namespace {
+/// A run over an nf4 base of `sequence` tokens.
+step_options nf4_run(run_mode mode, std::uint64_t sequence) {
+  step_options o;
+  o.mode = mode;
+  o.weights = number_format::nf4;
+  o.sequence = sequence;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("a 4-bit base under bitsandbytes before 0.43.2: each product's input kept until the next loss") {
+  const decoder_model m = *find_preset("llama-2-7b");
+  step_options o = nf4_run(run_mode::lora, 256);
+  o.flash_attention = true;
+  o.steps = 1;
+  const std::uint64_t t = o.sequence, a = 2 * t * m.hidden;
+  const std::uint64_t per_layer = 3 * a + 2 * t * m.ffn;  // q/k/v's, o's, the MLP's first and last inputs
+  const auto activations = [&](const step_options& run) {
+    const step_trace s = generate_step(m, run);
+    check_balanced(s);
+    return peak_by_category(s).own_peak[3];
+  };
+  const std::uint64_t plain = activations(o);
+  o.four_bit.keeps_input = true;
+  // Layer 0's first input needs no gradient (the embedding and its norm are frozen).
+  CHECK(activations(o) == plain + m.layers * per_layer - a);
+  o.four_bit.head = true;  // the head's input too
+  CHECK(activations(o) == plain + m.layers * per_layer);
+  // Two steps: the first step's kept inputs live through the second's forward.
+  o.steps = 2;
+  CHECK(activations(o) == plain + 2 * m.layers * per_layer);
+  // Checkpointing is not modelled with kept inputs.
+  o.checkpoint_every = 1;
+  step_options none = o;
+  none.four_bit.keeps_input = false;
+  CHECK(activations(o) == activations(none));
+}
+
+TEST_CASE("a 4-bit head, and dequantization from fp16: the head's packed bytes, two copies at a cast") {
+  const decoder_model m = *find_preset("llama-2-7b");
+  step_options o = nf4_run(run_mode::inference, 60);
+  o.decode_steps = 50;
+  const auto peak = [&](const step_options& run) { return peak_by_category(generate_step(m, run)); };
+  const category_peak bf16_head = peak(o);
+  o.four_bit.head = true;
+  const category_peak packed = peak(o);
+  const std::uint64_t head = m.vocab * m.hidden;
+  CHECK(bf16_head.own_peak[0] - packed.own_peak[0] == 2 * head - stored_bytes(number_format::nf4, head, m.vocab, false));
+  CHECK(packed.own_peak[4] >= 2 * head);  // the prefill's product with the head: its bf16 copy
+  o.four_bit.from_fp16 = true;
+  CHECK(peak(o).own_peak[4] >= 4 * head);  // an fp16 copy and its bf16 cast
+  o.sequence = o.decode_steps = 1;  // one token: gemv_4bit, no copy of the head
+  CHECK(peak(o).own_peak[4] < 2 * head);
+}
+
+TEST_CASE("bitsandbytes' PagedAdamW keeps the states of large tensors off the device") {
+  const decoder_model m = *find_preset("llama-2-7b");
+  step_options o;
+  o.mode = run_mode::lora;
+  o.lora_rank = 32;  // A: 32 x 4096 = 131,072 elements (paged); B: 4096 x 32 too
+  o.sequence = 64;
+  o.optimizer = optimizer_kind::paged_adamw;
+  CHECK(peak_by_category(generate_step(m, o)).own_peak[2] == 0);
+  o.lora_rank = 8;  // 32,768 elements: under 100,000, fp32 moments on the device
+  CHECK(peak_by_category(generate_step(m, o)).own_peak[2] == 2 * 4 * m.layers * 4 * (2 * 8 * m.hidden));
+}

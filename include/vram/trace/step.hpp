@@ -14,6 +14,7 @@
 
 #include <vram/core/throw.hpp>
 #include <vram/trace/detail/emitter.hpp>
+#include <vram/trace/detail/step_four_bit.hpp>
 #include <vram/trace/model.hpp>
 #include <vram/trace/trace.hpp>
 #include <vram/trace/window.hpp>
@@ -35,6 +36,10 @@ enum class optimizer_kind : std::uint8_t {
   adamw_8bit,  ///< bitsandbytes' 8-bit AdamW: two 8-bit moments with an fp32 absmax per 256
   sgd,         ///< one momentum per trained parameter, in the parameter's dtype
   none,
+  /// bitsandbytes' PagedAdamW (litgpt's optimizer for a quantized base): fp32 moments, those of
+  /// tensors of 100,000 elements or more in CUDA managed memory, outside PyTorch's allocator
+  /// (paged to the host under pressure): not on the device's trace. A fused step per tensor.
+  paged_adamw,
 };
 
 /// Bits of one element (bits, so that int4 is exact).
@@ -121,6 +126,22 @@ struct parallel_plan {
   [[nodiscard]] bool last_stage() const noexcept { return stage + 1 == pipeline; }
 };
 
+/// How a 4-bit base (nf4, fp4) runs, by bitsandbytes' version and the loader that quantized
+/// it (docs/fit.md, "4-bit products"). The default: bitsandbytes 0.43.2 or later, loaded by
+/// Hugging Face transformers.
+struct four_bit_options {
+  /// MatMul4Bit keeps each product's input as a ctx attribute when an input needs a gradient
+  /// (bitsandbytes before 0.43.2), held while the graph lives: past the backward, until the
+  /// loop's next loss replaces it.
+  bool keeps_input = false;
+  /// Quantized from fp16 (bitsandbytes before 0.43; Lightning Fabric at any version): each
+  /// product dequantizes to fp16, then casts to the bf16 compute dtype.
+  bool from_fp16 = false;
+  /// The output head quantized too (Lightning Fabric converts every nn.Linear; transformers
+  /// keeps the head in 16 bits).
+  bool head = false;
+};
+
 /// What is run, and the remedies applied.
 struct step_options {
   run_mode mode = run_mode::training;
@@ -136,6 +157,7 @@ struct step_options {
   number_format kv_cache = number_format::bf16;
   std::uint64_t decode_steps = 16;  ///< inference: tokens generated after the prefill (at most the sequence)
   bool double_quant = false;        ///< nf4/fp4: the absmax scales quantized too (bitsandbytes' `*-dq`)
+  four_bit_options four_bit;        ///< nf4/fp4: bitsandbytes' version and loader
   /// The optimizer's foreach implementation (PyTorch's default on CUDA): AdamW's temporaries
   /// for every tensor of the group at once; else one tensor at a time.
   bool foreach = true;
@@ -327,6 +349,14 @@ inline number_format sharded_format(const step_options& o) {
   return o.parallel.sharding == vram::trace::shard_kind::fsdp ? state_format(o) : o.weights;
 }
 
+inline bool is_four_bit(const step_options& o) {
+  return o.weights == number_format::nf4 || o.weights == number_format::fp4;
+}
+/// A separate head stored in 4 bits (four_bit_options::head); a tied head is the embedding.
+inline bool quantized_head(const decoder_model& m, const step_options& o) {
+  return is_four_bit(o) && o.four_bit.head && !m.tied_embeddings && o.parallel.last_stage();
+}
+
 /// The model's weights (and LoRA adapters), one allocation per tensor, in module order; with
 /// sharded parameters, the rank's partition (none on the device when it is offloaded).
 inline std::vector<std::uint64_t> allocate_weights(step_builder& g, const decoder_model& m, const step_options& o) {
@@ -342,7 +372,10 @@ inline std::vector<std::uint64_t> allocate_weights(step_builder& g, const decode
     ids.push_back(g.alloc(category::weights, quantized && !t.matrix ? bytes_of(number_format::bf16, t.elements)
                                                                     : stored_bytes(o.weights, t.elements, t.rows, o.double_quant)));
   };
-  for (const auto& t : vram::trace::rank_outer_tensors(m, p)) put(t);
+  const std::vector<decoder_model::tensor> outer = vram::trace::rank_outer_tensors(m, p);
+  for (std::size_t i = 0; i < outer.size(); ++i)
+    if (i + 1 == outer.size() && quantized_head(m, o)) put({outer[i].elements, true, m.vocab});
+    else put(outer[i]);
   for (std::uint64_t l = 0; l < m.layers / p.pipeline; ++l)
     for (const auto& t : m.layer_tensors(p.tensor)) put(t);
   if (o.mode == run_mode::lora)
@@ -363,11 +396,14 @@ inline std::uint64_t cached_layer_bytes(const decoder_model& m, std::uint64_t tp
 inline std::uint64_t cached_head_bytes(const decoder_model& m, std::uint64_t tp = 1) {
   return 2 * ((m.vocab + tp - 1) / tp) * m.hidden;
 }
-/// A 4-bit base is dequantized to bf16 before each product (bitsandbytes' MatMul4Bit): one
-/// weight at a time, the largest of a layer being the MLP's.
+/// A 4-bit base is dequantized before each product (bitsandbytes' MatMul4Bit): one weight at
+/// a time, the largest of a layer being the MLP's (four_bit::dequantized_bytes).
 inline std::uint64_t dequantized_bytes(const decoder_model& m, const step_options& o) {
-  const bool four_bit = o.weights == number_format::nf4 || o.weights == number_format::fp4;
-  return four_bit ? 2 * m.hidden * (m.ffn > m.hidden ? m.ffn : m.hidden) : 0;
+  return is_four_bit(o) ? four_bit::dequantized_bytes(m.hidden * std::max(m.ffn, m.hidden), o.four_bit.from_fp16) : 0;
+}
+/// ... and the head, when it is quantized too.
+inline std::uint64_t dequantized_head_bytes(const decoder_model& m, const step_options& o) {
+  return quantized_head(m, o) ? four_bit::dequantized_bytes(m.vocab * m.hidden, o.four_bit.from_fp16) : 0;
 }
 
 /// Inference: a KV cache per layer for every sequence at full length; a prefill of the prompt
@@ -403,7 +439,11 @@ inline void serve(step_builder& g, const decoder_model& m, const step_options& o
       x = out;
     }
     if (autocast_caches(o) && cast.size() == m.layers) cast.push_back(g.alloc(c::autocast_cache, cached_head_bytes(m)));
+    // A 4-bit head is dequantized for a product of more than one token (one token: gemv_4bit).
+    const std::uint64_t head = new_tokens > 1 ? dequantized_head_bytes(m, o) : 0;
+    const std::uint64_t dequantized = head != 0 ? g.alloc(c::temporaries, head) : 0;
     g.free(g.alloc(c::temporaries, (forward_only ? t : o.batch) * m.vocab * 4));  // fp32 logits (decoding: the last token's)
+    if (head != 0) g.free(dequantized);
     g.free(x);
   };
   if (forward_only) {
@@ -446,7 +486,10 @@ inline void train(step_builder& g, const decoder_model& m, const step_options& o
   const number_format grad_format = trained_format(o);
   const std::size_t outer = o.mode == run_mode::training ? vram::trace::rank_outer_tensors(m, p).size() : 0;
   const std::size_t per_layer = o.mode == run_mode::training ? m.layer_tensors().size() : 8;
-  const std::uint64_t dequant = dequantized_bytes(m, o);
+  const std::uint64_t dequant = dequantized_bytes(m, o), dequant_head = dequantized_head_bytes(m, o);
+  // The inputs a 4-bit base's products keep beyond autograd's saved tensors (four_bit_options::
+  // keeps_input). Not modelled with checkpointing, whose recomputation would make them again.
+  const bool keeps_inputs = is_four_bit(o) && o.four_bit.keeps_input && k == 0;
   const std::uint64_t in_flight = std::min<std::uint64_t>(p.pipeline - p.stage, micro_batches);
   // Sharded state: the gradient partition, the parameters gathered (bf16 for compute) around
   // their use, each layer's whole gradient until it is reduced into the partition.
@@ -507,7 +550,11 @@ inline void train(step_builder& g, const decoder_model& m, const step_options& o
     std::uint64_t tokens = no_grad, x = no_grad, root = no_grad;
     std::vector<std::vector<std::uint64_t>> saved;
     std::vector<std::uint64_t> checkpoint, cast, gathered;
+    std::vector<std::uint64_t> kept;  // the inputs 4-bit products keep: freed with the graph
   };
+  // The graph of the micro-batch before, with what its 4-bit products keep: the loop frees it
+  // when the next loss replaces it (litgpt: `loss = chunked_cross_entropy(...)`).
+  std::vector<std::uint64_t> previous_graph;
   auto forward = [&](in_flight_batch& b) {
     if (p.first_stage()) b.tokens = g.alloc(c::activations, t * 8);
     if (gathers) b.root = g.alloc(c::weights, bytes_of(o.weights, outer_elements));  // the root unit, whole
@@ -523,6 +570,12 @@ inline void train(step_builder& g, const decoder_model& m, const step_options& o
       if (caches) b.cast[l] = g.alloc(c::autocast_cache, cached_layer_bytes(m, tp));
       if (dequant != 0) g.free(g.alloc(c::temporaries, dequant));
       layer_forward(b.saved[l]);
+      if (keeps_inputs) {
+        // Layer 0's first input needs no gradient (a frozen embedding and norm): not kept.
+        const auto widths = four_bit::kept_input_widths(m);
+        for (std::size_t i = l == 0 && p.first_stage() ? 1 : 0; i < widths.size(); ++i)
+          b.kept.push_back(g.alloc(c::activations, t * widths[i] * ab));
+      }
       if (k == 0) continue;
       std::uint64_t out = b.saved[l].back();
       b.saved[l].pop_back();
@@ -547,10 +600,19 @@ inline void train(step_builder& g, const decoder_model& m, const step_options& o
       if (k != 0)  // a checkpointed forward saves nothing: the cache goes when the region ends
         for (std::uint64_t& id : b.cast)
           if (id != no_grad) g.free(std::exchange(id, no_grad));
+      // A 4-bit head: dequantized for its product (and again for the backward's), its input kept.
+      const std::uint64_t head_weight = dequant_head != 0 ? g.alloc(c::temporaries, dequant_head) : no_grad;
+      if (keeps_inputs && dequant_head != 0) b.kept.push_back(g.alloc(c::activations, a));
       std::uint64_t logits = g.alloc(c::activations, t * vocab * 4);  // fp32 for the loss
+      if (head_weight != no_grad) g.free(head_weight);
+      for (std::uint64_t id : previous_graph) g.free(id);  // the loss replaced: the graph before goes
+      previous_graph = std::move(b.kept);
+      b.kept.clear();
       std::uint64_t grad_logits = g.alloc(c::temporaries, t * vocab * 4);
       g.free(logits);
+      const std::uint64_t head_grad = dequant_head != 0 ? g.alloc(c::temporaries, dequant_head) : no_grad;
       grad_x = g.alloc(c::temporaries, a);
+      if (head_grad != no_grad) g.free(head_grad);
       g.free(grad_logits);
       if (head_cast != no_grad) g.free(head_cast);
     } else {
@@ -618,7 +680,9 @@ inline void train(step_builder& g, const decoder_model& m, const step_options& o
       if (state.empty() && on_device)
         for (std::uint64_t n : held) {
           const int moments = o.optimizer == optimizer_kind::sgd ? 1 : 2;
-          const std::uint64_t bytes = o.optimizer != optimizer_kind::adamw_8bit ? bytes_of(sf, n)
+          if (o.optimizer == optimizer_kind::paged_adamw && n >= 100'000) continue;  // managed memory
+          const std::uint64_t bytes = o.optimizer == optimizer_kind::paged_adamw ? 4 * n
+                                      : o.optimizer != optimizer_kind::adamw_8bit ? bytes_of(sf, n)
                                       : n >= 4096                               ? n + 4 * ((n + 255) / 256)
                                                                                 : 4 * n;
           if (p.master_weights && p.sharding == shard_kind::zero) state.push_back(g.alloc(c::optimizer, 4 * n));
@@ -626,8 +690,8 @@ inline void train(step_builder& g, const decoder_model& m, const step_options& o
         }
       // AdamW's update divides by sqrt(v) + eps, a new tensor per parameter: the foreach
       // implementation makes them for the whole group at once (_foreach_sqrt), the single-tensor
-      // one a tensor at a time. SGD (no weight decay) and 8-bit AdamW update in place, and so
-      // does DeepSpeed's fused Adam.
+      // one a tensor at a time. SGD (no weight decay) and bitsandbytes' optimizers update in
+      // place, and so does DeepSpeed's fused Adam.
       if (o.optimizer == optimizer_kind::adamw && p.sharding != shard_kind::zero && on_device) {
         std::vector<std::uint64_t> denominators;
         for (std::uint64_t n : held) {
@@ -643,6 +707,7 @@ inline void train(step_builder& g, const decoder_model& m, const step_options& o
         if (id != no_grad) g.free(std::exchange(id, no_grad));  // zero_grad(set_to_none=True)
   }
   g.mark_step();  // the teardown
+  for (std::uint64_t id : previous_graph) g.free(id);
   for (std::uint64_t id : grads)
     if (id != no_grad) g.free(id);
   for (std::uint64_t id : state) g.free(id);
