@@ -2,6 +2,7 @@
 // vram-fit's command line: the usage text, the flags' parsers (counts, capacities, formats),
 // a model from a JSON file, and the request they make. A room of main.cpp, included by it alone.
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -45,11 +46,18 @@ const char* usage =
     "  --micro-batch N                  gradient accumulation: sequences per forward/backward\n"
     "  --weights fp32|bf16|int8|int4|nf4|fp4|nf4-dq|fp4-dq   (quantized: a frozen base only;\n"
     "                                   -dq: bitsandbytes' double quantization of the scales)\n"
+    "  --bitsandbytes VERSION           nf4/fp4: the version's rules (before 0.43.2: each product\n"
+    "                                   keeps its input; before 0.43: quantized from fp16)\n"
+    "  --quantizer transformers|fabric  nf4/fp4: who quantizes (fabric, as litgpt: the head too,\n"
+    "                                   from fp16)\n"
     "  --no-autocast                    fp32 activations with fp32 weights\n"
-    "  --optimizer adamw|adamw8bit|sgd|none  [--no-foreach]   (foreach: PyTorch's default)\n"
+    "  --optimizer adamw|adamw8bit|paged-adamw|sgd|none  [--no-foreach]   (foreach: PyTorch's\n"
+    "                                   default; paged-adamw: bitsandbytes', its large states in\n"
+    "                                   managed memory, off the device's count)\n"
     "  --checkpoint none|every|K        activation checkpointing: every layer, or every K layers\n"
     "  --flash                          attention that never materializes the scores\n"
     "  --lora-rank R  --kv-cache fp32|bf16|int8  --decode-steps N\n"
+    "  --steps N                        optimizer steps generated, 1 to 16 (default 2)\n"
     "sharded training, per rank (--batch is each data-parallel rank's; docs/fit.md):\n"
     "  --gpus N                         ranks in all (default tp x pp)\n"
     "  --zero 0|1|2|3                   DeepSpeed ZeRO: shard optimizer state, + gradients, + parameters\n"
@@ -135,6 +143,23 @@ bool parse_yes_no(const std::string& flag, const std::string& text) {
   throw usage_error(flag + ": yes or no, not '" + text + "'");
 }
 
+/// A version (--bitsandbytes), MAJOR.MINOR or MAJOR.MINOR.PATCH, as one number for comparing:
+/// 0.43.2 is 43'002.
+std::uint64_t parse_version(const std::string& flag, const std::string& text) {
+  std::uint64_t v = 0;
+  int parts = 0;
+  for (std::size_t at = 0; at <= text.size(); ++parts) {
+    const std::size_t dot = std::min(text.find('.', at), text.size());
+    const std::optional<std::uint64_t> n = vram::parse_count(text.substr(at, dot - at));
+    if (!n || *n > 999 || parts == 3)
+      throw usage_error(vram::refusal(flag, text, "a version: MAJOR.MINOR or MAJOR.MINOR.PATCH (0.41.1)"));
+    v = v * 1000 + *n;
+    at = dot + 1;
+  }
+  if (parts < 2) throw usage_error(vram::refusal(flag, text, "a version: MAJOR.MINOR or MAJOR.MINOR.PATCH (0.41.1)"));
+  return parts == 2 ? v * 1000 : v;
+}
+
 number_format parse_format(const std::string& flag, const std::string& text) {
   if (text == "fp32") return number_format::fp32;
   if (text == "bf16" || text == "fp16") return number_format::bf16;
@@ -154,7 +179,7 @@ const char* mode_name(run_mode m) {
   return names[static_cast<int>(m)];
 }
 const char* optimizer_name(optimizer_kind o) {
-  static const char* names[] = {"adamw", "adamw8bit", "sgd", "none"};
+  static const char* names[] = {"adamw", "adamw8bit", "sgd", "none", "paged-adamw"};
   return names[static_cast<int>(o)];
 }
 
@@ -247,6 +272,8 @@ struct request {
 
 request parse(const std::vector<std::string>& args) {
   request q;
+  bool fabric = false;             // --quantizer fabric
+  std::uint64_t bnb = 999'999'999;  // --bitsandbytes: the newest rules unless asked
   std::optional<decoder_model> base;
   std::map<std::string, std::string> shape;  // flags that set or override the model
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -282,6 +309,17 @@ request parse(const std::vector<std::string>& args) {
       q.run.double_quant = w == "nf4-dq" || w == "fp4-dq";
       if (q.run.double_quant) w.resize(3);
       q.run.weights = parse_format(a, w);
+    } else if (a == "--bitsandbytes") {
+      bnb = parse_version(a, value());
+    } else if (a == "--quantizer") {
+      const std::string& f = value();
+      if (f != "transformers" && f != "fabric") throw usage_error("--quantizer: transformers or fabric, not '" + f + "'");
+      fabric = f == "fabric";
+    } else if (a == "--steps") {
+      const std::string& text = value();
+      const std::uint64_t n = parse_count(a, text);
+      if (n == 0 || n > 16) throw usage_error(vram::refusal(a, text, "1 to 16"));
+      q.run.steps = int(n);
     } else if (a == "--no-foreach") {
       q.run.foreach = false;
     } else if (a == "--no-autocast") {
@@ -292,7 +330,8 @@ request parse(const std::vector<std::string>& args) {
       else if (o == "adamw8bit") q.run.optimizer = optimizer_kind::adamw_8bit;
       else if (o == "sgd") q.run.optimizer = optimizer_kind::sgd;
       else if (o == "none") q.run.optimizer = optimizer_kind::none;
-      else throw usage_error("--optimizer: adamw, adamw8bit, sgd or none, not '" + o + "'");
+      else if (o == "paged-adamw") q.run.optimizer = optimizer_kind::paged_adamw;
+      else throw usage_error("--optimizer: adamw, adamw8bit, paged-adamw, sgd or none, not '" + o + "'");
     } else if (a == "--checkpoint") {
       const std::string& c = value();
       q.run.checkpoint_every = c == "none" ? 0 : c == "every" ? 1 : parse_count(a, c);
@@ -342,6 +381,9 @@ request parse(const std::vector<std::string>& args) {
       throw usage_error("unknown option " + vram::quoted(a));
     }
   }
+  // bitsandbytes' MatMul4Bit keeps its input before 0.43.2; Params4bit quantizes from fp16
+  // before 0.43; Lightning Fabric's _Linear4bit quantizes from fp16 and converts the head too.
+  q.run.four_bit = {bnb < 43'002, bnb < 43'000 || fabric, fabric};
   if (!base && shape.empty()) throw usage_error("no model: give --preset, --model or the shape flags");
   decoder_model m = base.value_or(decoder_model{});
   for (const auto& [flag, text] : shape) {

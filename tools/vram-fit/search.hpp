@@ -73,7 +73,7 @@ std::string key_of(const decoder_model& m, const step_options& o) {
     << m.positions << ' ' << int(m.mlp) << ' ' << m.biases << ' ' << m.tied_embeddings << " | " << int(o.mode) << ' ' << o.batch << ' ' << o.sequence << ' ' << o.micro_batch << ' ' << int(o.weights) << ' '
     << o.autocast << ' ' << int(o.optimizer) << ' ' << o.checkpoint_every << ' ' << o.flash_attention << ' '
     << o.lora_rank << ' ' << int(o.kv_cache) << ' ' << o.decode_steps << ' ' << o.steps << ' ' << o.double_quant << ' '
-    << o.foreach;
+    << o.foreach << ' ' << o.four_bit.keeps_input << o.four_bit.from_fp16 << o.four_bit.head;
   const parallel_plan& p = o.parallel;
   k << " | " << int(p.sharding) << ' ' << p.stage_of_zero << ' ' << p.shards << ' ' << p.tensor << ' ' << p.pipeline
     << ' ' << p.stage << ' ' << p.master_weights << ' ' << int(p.offload);

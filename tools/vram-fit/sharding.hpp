@@ -104,7 +104,8 @@ model_states model_states_of(const decoder_model& m, const step_options& o) {
     case optimizer_kind::adamw: s.optimizer = 2 * moment * held; break;
     case optimizer_kind::sgd: s.optimizer = moment * held; break;
     case optimizer_kind::adamw_8bit: s.optimizer = 2 * (held + 4 * ((held + 255) / 256)); break;  // large tensors' rule
-    case optimizer_kind::none: break;
+    case optimizer_kind::none:
+    case optimizer_kind::paged_adamw: break;  // in managed memory (a partition is one large tensor)
   }
   if (p.master_weights && p.sharding == shard_kind::zero && o.optimizer != optimizer_kind::none) s.optimizer += 4 * held;
   return s;
