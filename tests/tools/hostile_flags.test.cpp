@@ -72,6 +72,11 @@ TEST_CASE("vram-fit: every count and capacity flag refuses every hostile value",
                                      {"0", "0G", "0.1", "24,", "24,,48", ",24", "24, 48"}))
     if (v.text != "1.5") cards.push_back(v);
   refuses("vram-fit", VRAM_FIT_EXE, "--preset gpt2 --no-search", "--gpu", cards);
+  refuses("vram-fit", VRAM_FIT_EXE, "--preset gpt2 --no-search", "--steps", with({counts}, {"0", "17"}));
+  std::vector<hostile_value> versions;  // "1.5" is a version
+  for (const hostile_value& v : with({vram::test::hostile_values}, {"1", "0.41.", "0..41", "0.41.1.2", "0.1000"}))
+    if (v.text != "1.5") versions.push_back(v);
+  refuses("vram-fit", VRAM_FIT_EXE, "--preset gpt2 --no-search", "--bitsandbytes", versions);
 }
 
 TEST_CASE("vram-replay: --capacity and --steps refuse every hostile value", "[tools][parse]") {
