@@ -19,9 +19,9 @@
 #include <vram/core/stream_ref.hpp>
 #include <vram/alloc/detail/stream_pool/heap.hpp>
 #include <vram/alloc/detail/stream_pool/size_classes.hpp>
-#include <vram/alloc/detail/stream_pool/spin_lock.hpp>
 #include <vram/alloc/detail/stream_pool/stream_marker.hpp>
 #include <vram/detail/flat_map.hpp>
+#include <vram/detail/spin_lock.hpp>
 
 namespace vram::detail::stream_pool {
 

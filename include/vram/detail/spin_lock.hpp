@@ -1,0 +1,48 @@
+#pragma once
+// detail::spin_lock: for state held a few dozen instructions at a time (a stream_pool lane's bin
+// pop and hash-map insert; a quota_adaptor thread shard's credit and records), normally by
+// one thread, so a test-and-test-and-set spin with yield is cheaper than a futex-based
+// std::mutex: taking it is one exchange, releasing it a store.
+
+#include <atomic>
+#include <thread>
+
+namespace vram::detail {
+
+class spin_lock {
+ public:
+  /// One exchange when free (always inlined); the wait is out of line so that callers stay small.
+  [[gnu::always_inline]] void lock() noexcept {
+    if (!locked_.exchange(true, std::memory_order_acquire)) [[likely]]
+      return;
+    lock_contended();
+  }
+  bool try_lock() noexcept { return !locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire); }
+  [[gnu::always_inline]] void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+
+ private:
+  [[gnu::noinline]] void lock_contended() noexcept {
+    for (;;) {
+      for (int spins = 0; locked_.load(std::memory_order_relaxed); ++spins)
+        if (spins >= 64) std::this_thread::yield();
+      if (!locked_.exchange(true, std::memory_order_acquire)) return;
+    }
+  }
+
+  std::atomic<bool> locked_{false};
+};
+
+/// Holds a spin_lock for a scope (std::lock_guard, always inlined: on hot paths the compiler
+/// may otherwise call a lock_guard's constructor out of line).
+class spin_guard {
+ public:
+  [[gnu::always_inline]] explicit spin_guard(spin_lock& l) noexcept : lock_(l) { lock_.lock(); }
+  [[gnu::always_inline]] ~spin_guard() { lock_.unlock(); }
+  spin_guard(const spin_guard&) = delete;
+  spin_guard& operator=(const spin_guard&) = delete;
+
+ private:
+  spin_lock& lock_;
+};
+
+}  // namespace vram::detail
