@@ -1,13 +1,13 @@
 #pragma once
 // Allocation counters for statistics_adaptor, cheap enough for production hot paths.
 //
-// No atomic read-modify-write on the common path. Each of the first `counter_shards` threads
+// No atomic read-modify-write on the common path. Each of the first `thread_slots` threads
 // owns a shard and updates it with plain relaxed loads and stores (no lock prefix): its
 // per-tenant live bytes and counts, and its share of the total live bytes not yet published.
 // The total is published to one shared word only when a shard's share reaches
 // `publish_batch` or would go below zero (a free of bytes another thread allocated), so a
 // loop of allocate/free pairs never writes a shared line. Threads beyond the first
-// `counter_shards` share an overflow shard updated with atomic adds, publishing at once.
+// `thread_slots` share an overflow shard updated with atomic adds, publishing at once.
 // Readers sum the shards.
 //
 // The peak: every allocation compares the published total plus its own shard's share against
@@ -21,80 +21,28 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <bitset>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 
 #include <vram/core/stats.hpp>
 #include <vram/core/tenant.hpp>
+#include <vram/adaptor/detail/thread_slot.hpp>
 
 namespace vram {
 
 namespace detail::adaptor {
 
-/// Threads that get a shard of their own; later threads share the overflow shard.
-inline constexpr std::size_t counter_shards = 16;
 /// A shard's unpublished share of the live bytes stays below this (see the top of the file).
 inline constexpr std::int64_t publish_batch = std::int64_t{64} << 10;
-
-/// The calling thread's shard in [0, counter_shards], counter_shards being the shared
-/// overflow shard. Slots are handed back when a thread exits, so thread churn reuses them.
-inline constexpr std::size_t unassigned_counter_slot = ~std::size_t{0};
-// A trivially destructible thread_local on the hot path (no init guard). The slot is taken on
-// first use and handed back by counter_slot::owner's destructor at thread exit, which also
-// moves this thread to the overflow shard for any allocation made later during its exit.
-inline thread_local std::size_t counter_slot_index = unassigned_counter_slot;
-
-class counter_slot {
- public:
-  static std::size_t get() noexcept {
-    std::size_t i = counter_slot_index;
-    if (i == unassigned_counter_slot) [[unlikely]] i = counter_slot_index = acquire();
-    return i;
-  }
-
- private:
-  struct pool {
-    std::mutex mutex;
-    std::bitset<counter_shards> used;
-  };
-  static pool& the_pool() noexcept {
-    static pool p;
-    return p;
-  }
-  struct owner {
-    std::size_t index = counter_shards;
-    ~owner() {
-      counter_slot_index = counter_shards;
-      if (index == counter_shards) return;
-      auto& p = the_pool();
-      std::lock_guard lock(p.mutex);
-      p.used[index] = false;
-    }
-  };
-  [[gnu::noinline]] static std::size_t acquire() noexcept {
-    thread_local owner o;
-    auto& p = the_pool();
-    std::lock_guard lock(p.mutex);
-    for (std::size_t i = 0; i < counter_shards; ++i)
-      if (!p.used[i]) {
-        p.used[i] = true;
-        o.index = i;
-        return i;
-      }
-    return counter_shards;
-  }
-};
 
 class adaptor_counters {
  public:
   void on_allocate(tenant t, std::size_t bytes) noexcept {
     auto b = static_cast<std::int64_t>(bytes);
-    std::size_t s = counter_slot::get();
+    std::size_t s = thread_slot::get();
     shard& sh = shards_[s];
-    if (s < counter_shards) [[likely]] {
+    if (s < thread_slots) [[likely]] {
       std::int64_t share = sh.unpublished.load(std::memory_order_relaxed) + b;
       std::int64_t seen;
       if (share < publish_batch) [[likely]] {
@@ -114,7 +62,7 @@ class adaptor_counters {
 
   void on_deallocate(tenant t, std::size_t bytes) noexcept {
     auto b = static_cast<std::int64_t>(bytes);
-    std::size_t s = counter_slot::get();
+    std::size_t s = thread_slot::get();
     shard& sh = shards_[s];
     unpublish(s, sh, b);
     auto& c = sh.tenants[index(t)];
@@ -126,7 +74,7 @@ class adaptor_counters {
   /// still live. The peak stays: live was at least this high before the free.
   void undo_deallocate(tenant t, std::size_t bytes) noexcept {
     auto b = static_cast<std::int64_t>(bytes);
-    std::size_t s = counter_slot::get();
+    std::size_t s = thread_slot::get();
     shard& sh = shards_[s];
     published_.fetch_add(b, std::memory_order_relaxed);  // rare: published at once
     auto& c = sh.tenants[index(t)];
@@ -202,7 +150,7 @@ class adaptor_counters {
 
   // The owner of shard s is its only writer: a plain load + store is exact and costs no lock.
   static void add(std::size_t s, std::atomic<std::int64_t>& c, std::int64_t v) noexcept {
-    if (s < counter_shards) [[likely]]
+    if (s < thread_slots) [[likely]]
       c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
     else
       c.fetch_add(v, std::memory_order_relaxed);
@@ -225,7 +173,7 @@ class adaptor_counters {
   /// Takes b off shard s's share; a share that would go negative (bytes allocated through
   /// another shard) is published instead, so that no share is ever negative.
   void unpublish(std::size_t s, shard& sh, std::int64_t b) noexcept {
-    if (s < counter_shards) [[likely]] {
+    if (s < thread_slots) [[likely]] {
       std::int64_t share = sh.unpublished.load(std::memory_order_relaxed) - b;
       if (share >= 0) [[likely]] {
         sh.unpublished.store(share, std::memory_order_relaxed);
@@ -247,7 +195,7 @@ class adaptor_counters {
   alignas(64) std::atomic<std::int64_t> published_{0};  // the live total but the shards' shares
   std::atomic<std::int64_t> peak_{0};  // the overflow shard's peaks and the last reset's total
   std::atomic<std::size_t> ooms_{0};
-  std::array<shard, counter_shards + 1> shards_{};
+  std::array<shard, thread_slots + 1> shards_{};
 };
 
 }  // namespace detail::adaptor
