@@ -1,7 +1,11 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <vector>
@@ -210,16 +214,19 @@ struct race_ledger {
 };
 }  // namespace
 
-TEST_CASE("quota_adaptor: threads racing at the limit never exceed it, and refuse only what does not fit",
-          "[adaptor][quota][race]") {
+namespace {
+/// Six threads allocate and free at random for three leaves of `tree` whose limits are a few
+/// requests deep; every request and limit is `scale` times those of the smallest run, so a
+/// large scale leaves room for the threads' credit and a small one none.
+void race_at_the_limit(std::size_t scale) {
   tree t;
   upstream_t up;
   race_ledger ledger(*t.reg);
   std::vector<std::size_t> hard(t.reg->size(), vram::quota_adaptor<upstream_t>::unlimited);
-  hard[t.job.id] = 16 * 1024;
-  hard[t.model_a.id] = 10 * 1024;
-  hard[t.layer.id] = 6 * 1024;
-  hard[t.model_b.id] = 10 * 1024;
+  hard[t.job.id] = 16 * 1024 * scale;
+  hard[t.model_a.id] = 10 * 1024 * scale;
+  hard[t.layer.id] = 6 * 1024 * scale;
+  hard[t.model_b.id] = 10 * 1024 * scale;
   {
     vram::quota_adaptor<upstream_t> q(up, t.reg);
     for (std::uint32_t i = 0; i < t.reg->size(); ++i) q.set_hard_limit(vram::tenant{i}, hard[i]);
@@ -246,7 +253,7 @@ TEST_CASE("quota_adaptor: threads racing at the limit never exceed it, and refus
             mine.pop_back();
             continue;
           }
-          std::size_t bytes = 256 * (1 + rng() % 16);
+          std::size_t bytes = 256 * scale * (1 + rng() % 16);
           vram::tenant leaf = leaves[rng() % 3];
           ledger.intend(leaf, bytes, true);
           std::uint64_t seen = ledger.changes.load();
@@ -280,13 +287,200 @@ TEST_CASE("quota_adaptor: threads racing at the limit never exceed it, and refus
     CHECK(ledger.verified_refusals > 0);  // the refusal check ran
     CHECK(ledger.unjustified_refusals == 0);
     for (std::uint32_t i = 0; i < t.reg->size(); ++i) CHECK(q.usage(vram::tenant{i}) == 0);
-    CHECK(q.peak_usage(t.job) <= 16 * 1024);
-    CHECK(q.peak_usage(t.layer) <= 6 * 1024);
-    CHECK(q.peak_usage(t.model_a) <= 10 * 1024);
+    CHECK(q.peak_usage(t.job) <= 16 * 1024 * scale);
+    CHECK(q.peak_usage(t.layer) <= 6 * 1024 * scale);
+    CHECK(q.peak_usage(t.model_a) <= 10 * 1024 * scale);
     q.check_invariants();
   }
   CHECK(up.counters().live_allocations() == 0);
-  CHECK(up.counters().peak_live_bytes <= 16 * 1024);  // the upstream's own record: the job's limit
+  CHECK(up.counters().peak_live_bytes <= 16 * 1024 * scale);  // the upstream's own record: the job's limit
+}
+}  // namespace
+
+TEST_CASE("quota_adaptor: threads racing at the limit never exceed it, and refuse only what does not fit",
+          "[adaptor][quota][race]") {
+  race_at_the_limit(1);
+}
+
+TEST_CASE("quota_adaptor: threads racing with credit never exceed a limit, and refuse only what does not fit",
+          "[adaptor][quota][race]") {
+  // Requests of 128 KiB - 2 MiB under limits of 3 - 8 MiB: credit batches (1 MiB) fit far from
+  // the limits and not near them, so requests are served from credit, from the book, and
+  // refused after every thread's credit was taken back.
+  STATIC_REQUIRE(vram::quota_adaptor<upstream_t>::credit_batch == std::size_t{1} << 20);
+  race_at_the_limit(512);
+}
+
+TEST_CASE("quota_adaptor: credit serves a thread's requests; usage, peaks and counts stay exact", "[adaptor][quota][credit]") {
+  tree t;
+  upstream_t up;
+  using quota_t = vram::quota_adaptor<upstream_t>;
+  constexpr std::size_t batch = quota_t::credit_batch;
+  quota_t q(up, t.reg);
+  q.set_hard_limit(t.job, 64 * batch);  // far above: the first request takes a batch of credit
+  void* a = q.allocate(vram::stream_ref{}, 4096, 256, t.layer);
+  CHECK(q.book().usage(t.layer) == 4096 + batch);  // the book holds the credit too
+  CHECK(q.usage(t.layer) == 4096);                  // usage does not
+  CHECK(q.usage(t.job) == 4096);
+  std::vector<void*> held;
+  for (int i = 0; i < 100; ++i) held.push_back(q.allocate(vram::stream_ref{}, 1000, 256, t.layer));
+  CHECK(q.book().usage(t.job) == 4096 + batch);  // 100 requests served from the credit
+  CHECK(q.usage(t.model_a) == 4096 + 100 * 1000);
+  CHECK(q.peak_usage(t.job) == 4096 + 100 * 1000);
+  CHECK(q.peak_usage(t.layer) == 4096 + 100 * 1000);
+  CHECK(q.stats().peak_requested_bytes == 4096 + 100 * 1000);
+  CHECK(q.stats().live_allocations == 101);
+  q.check_invariants();
+  for (void* p : held) q.deallocate_sync(p, 1000);
+  q.deallocate_sync(a, 4096);
+  CHECK(q.usage(t.job) == 0);
+  CHECK(q.peak_usage(t.job) == 4096 + 100 * 1000);
+  CHECK(q.stats().live_allocations == 0);
+  q.check_invariants();
+
+  // Frees give back to the credit, which keeps at most two batches: a burst of 3 batches
+  // leaves one in the book when it is freed.
+  for (int i = 0; i < 3; ++i) held[i] = q.allocate(vram::stream_ref{}, batch, 256, t.layer);
+  for (int i = 0; i < 3; ++i) q.deallocate_sync(held[i], batch);
+  CHECK(q.usage(t.job) == 0);
+  CHECK(q.book().usage(t.job) == batch);
+  CHECK(q.peak_usage(t.job) == 3 * batch);
+
+  // Another tenant: the credit moves to it.
+  void* b = q.allocate(vram::stream_ref{}, 512, 256, t.model_b);
+  CHECK(q.book().usage(t.layer) == 0);
+  CHECK(q.book().usage(t.model_b) == 512 + batch);
+  CHECK(q.usage(t.job) == 512);
+  // Setting a limit takes all credit back.
+  q.set_hard_limit(t.model_b, 1024);
+  CHECK(q.book().usage(t.job) == 512);
+  CHECK_THROWS_AS(q.allocate(vram::stream_ref{}, 1024, 256, t.model_b), vram::quota_exceeded);
+  void* c = q.allocate(vram::stream_ref{}, 512, 256, t.model_b);  // exactly at the limit
+  CHECK(q.usage(t.model_b) == 1024);
+  CHECK(q.refusals(t.model_b) == 1);
+  q.check_invariants();
+  q.deallocate_sync(b, 512);
+  q.deallocate_sync(c, 512);
+  CHECK(q.usage(t.job) == 0);
+  q.check_invariants();
+  CHECK(up.counters().live_allocations() == 0);
+}
+
+TEST_CASE("quota_adaptor: credit idle on another thread never refuses a request that fits", "[adaptor][quota][credit]") {
+  tree t;
+  upstream_t up;
+  using quota_t = vram::quota_adaptor<upstream_t>;
+  constexpr std::size_t batch = quota_t::credit_batch;
+  quota_t q(up, t.reg);
+  q.set_hard_limit(t.job, 4 * batch);
+  std::mutex m;
+  std::condition_variable cv;
+  int phase = 0;
+  void* theirs = nullptr;
+  std::thread other([&] {
+    void* p = q.allocate(vram::stream_ref{}, 4096, 256, t.layer);  // takes a batch of credit
+    q.deallocate_sync(p, 4096);                                     // and keeps it
+    theirs = q.allocate(vram::stream_ref{}, 8192, 256, t.layer);   // live, freed by the main thread
+    std::unique_lock lock(m);
+    phase = 1;
+    cv.notify_all();
+    cv.wait(lock, [&] { return phase == 2; });  // alive and idle, holding its credit
+  });
+  {
+    std::unique_lock lock(m);
+    cv.wait(lock, [&] { return phase == 1; });
+  }
+  CHECK(q.usage(t.job) == 8192);
+  CHECK(q.book().usage(t.job) > 8192 + batch / 2);  // the other thread's credit
+  // 4 batches less 8 KiB fit exactly: refused first while the credit is out, then granted.
+  void* mine = q.allocate(vram::stream_ref{}, 4 * batch - 8192, 256, t.model_b);
+  CHECK(q.usage(t.job) == 4 * batch);
+  CHECK(q.refusals(t.job) == 0);  // a refusal counts only once the credit was taken back
+  CHECK_THROWS_AS(q.allocate(vram::stream_ref{}, 1, 256, t.model_b), vram::quota_exceeded);
+  CHECK(q.refusals(t.job) == 1);
+  q.deallocate_sync(theirs, 8192);  // a block another thread made: its record is found there
+  CHECK(q.usage(t.layer) == 0);
+  CHECK(q.owns(mine));
+  CHECK_FALSE(q.owns(theirs));
+  q.check_invariants();
+  {
+    std::lock_guard lock(m);
+    phase = 2;
+  }
+  cv.notify_all();
+  other.join();
+  q.deallocate_sync(mine, 4 * batch - 8192);
+  CHECK(q.usage(t.job) == 0);
+  q.check_invariants();
+  CHECK(up.counters().live_allocations() == 0);
+}
+
+TEST_CASE("quota_adaptor: blocks handed between threads keep their data, ranges stay disjoint", "[adaptor][quota][credit]") {
+  // Four threads allocate blocks, fill each with a pattern of its own and pass it on to the
+  // next thread, which checks the pattern and the live ranges before it frees the block.
+  tree t;
+  upstream_t up;
+  vram::quota_adaptor<upstream_t> q(up, t.reg);
+  q.set_hard_limit(t.job, std::size_t{64} << 20);
+  constexpr int threads_n = 4, rounds = 2000;
+  struct block {
+    unsigned char* p;
+    std::size_t bytes;
+    unsigned char pattern;
+  };
+  std::mutex m;
+  std::vector<std::vector<block>> inbox(threads_n);
+  std::map<std::uintptr_t, std::size_t> live;  // start -> bytes, under m
+  std::atomic<int> corrupted{0}, overlaps{0};
+  auto check_and_free = [&](const block& b) {
+    for (std::size_t i = 0; i < b.bytes; ++i)
+      if (b.p[i] != b.pattern) {
+        corrupted.fetch_add(1);
+        break;
+      }
+    {
+      std::lock_guard lock(m);
+      live.erase(reinterpret_cast<std::uintptr_t>(b.p));
+    }
+    q.deallocate_sync(b.p, b.bytes);
+  };
+  std::vector<std::thread> threads;
+  for (int th = 0; th < threads_n; ++th)
+    threads.emplace_back([&, th] {
+      std::mt19937 rng(static_cast<unsigned>(th + 100));
+      const vram::tenant leaves[] = {t.layer, t.model_a, t.model_b};
+      for (int i = 0; i < rounds; ++i) {
+        std::size_t bytes = 256 * (1 + rng() % 64);
+        auto* p = static_cast<unsigned char*>(q.allocate(vram::stream_ref{}, bytes, 256, leaves[rng() % 3]));
+        auto pattern = static_cast<unsigned char>(rng());
+        {
+          std::lock_guard lock(m);
+          auto a = reinterpret_cast<std::uintptr_t>(p);
+          auto next = live.lower_bound(a);
+          if (next != live.end() && next->first < a + bytes) overlaps.fetch_add(1);
+          if (next != live.begin() && std::prev(next)->first + std::prev(next)->second > a) overlaps.fetch_add(1);
+          live[a] = bytes;
+        }
+        std::memset(p, pattern, bytes);
+        std::vector<block> mine;
+        {
+          std::lock_guard lock(m);
+          inbox[(th + 1) % threads_n].push_back({p, bytes, pattern});
+          mine.swap(inbox[th]);
+        }
+        for (auto& b : mine) check_and_free(b);
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (auto& box : inbox)
+    for (auto& b : box) check_and_free(b);
+  CHECK(corrupted == 0);
+  CHECK(overlaps == 0);
+  for (std::uint32_t i = 0; i < t.reg->size(); ++i) CHECK(q.usage(vram::tenant{i}) == 0);
+  CHECK(q.stats().live_allocations == 0);
+  CHECK(q.stats().total_allocations == threads_n * rounds);
+  q.check_invariants();
+  CHECK(up.counters().live_allocations() == 0);
 }
 
 TEST_CASE("quota_adaptor: upstream failure rolls back every level", "[adaptor][quota]") {

@@ -4,12 +4,15 @@
 // The book keeps the limits and usage: in this process (the default), or in a ledger shared
 // by processes (vram::ledger_quota_adaptor, ledger_quota_adaptor.hpp).
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
@@ -22,8 +25,9 @@
 #include <vram/core/tenant.hpp>
 #include <vram/core/throw.hpp>
 #include <vram/adaptor/detail/adaptor_base.hpp>
-#include <vram/adaptor/detail/pointer_map.hpp>
 #include <vram/adaptor/detail/quota_book.hpp>
+#include <vram/adaptor/detail/quota_shard.hpp>
+#include <vram/adaptor/detail/thread_slot.hpp>
 
 namespace vram {
 
@@ -41,22 +45,41 @@ using soft_limit_callback = std::function<void(tenant t, std::size_t soft_limit,
 /// failure returns the charge and rethrows. So usage never exceeds a hard limit, not even
 /// transiently, and a refused request leaves every counter as it was but the refusal count.
 /// Soft limits: the callback runs once per upward crossing (see soft_limit_callback).
-/// Limits may be changed at any time; a hard limit lowered below usage refuses new requests
-/// until frees bring usage under it (frees always succeed).
+/// Limits may be changed at any time, and bind every request that starts after the setter
+/// returns; a hard limit lowered below usage refuses new requests until frees bring usage
+/// under it (frees always succeed).
+/// Credit (a book that lends it: local_book): each thread (thread_slot.hpp) reserves up to
+/// `credit_batch` bytes ahead on its tenant's chain, in the book, and serves its next requests
+/// for that tenant from them; its frees for that tenant go back to its credit (it keeps at most
+/// 2 x credit_batch). So a loop of allocations and frees changes no shared word. Credit counts
+/// against the hard limits (so usage plus all credit never passes one) but not in usage(): a
+/// request the book refuses takes every thread's credit back and is asked once more, so it is
+/// refused only when usage plus the request passes a limit. A tenant with a soft limit on its
+/// chain gets no credit (each crossing is seen by the request that makes it), nor does a
+/// request where the request and a batch do not fit below a hard limit; setting a limit takes
+/// all credit back. A free's bytes return once the upstream freed the block. Peaks (peak_usage, stats' peak_requested_bytes) are taken at each request as
+/// the book's reservation less this thread's credit: exact while one thread holds credit,
+/// otherwise never below the true peak and above it by at most the other threads' credit,
+/// and never above a hard limit.
 /// Tenants: the explicit tenant argument, else the book's default (local_book:
 /// vram::current_tenant(); a ledger: the tenant it was given); the tenant is recorded
 /// per pointer, so deallocation needs no tenant and may happen on any thread or scope.
 /// Misuse: freeing a pointer not live here, or with another size, is reported (error handler)
 /// and changes nothing (the upstream is not called).
-/// Thread safety: fully thread-safe if the upstream is; the per-pointer table is sharded.
+/// Thread safety: fully thread-safe if the upstream is. Records, credit and counters are kept
+/// per thread (quota_shard.hpp); a free from another thread finds its record in the shard
+/// that made it.
 /// Streams, alignment: those of the upstream. Usage drops when deallocate is called, not when
 /// the stream later reaches the free.
 /// Upstream: held by value; copies share limits and usage. Observer: told of every successful
 /// allocation (after usage was reserved), every deallocation and every refusal.
 /// Capabilities: owns() from its records; release, try_allocate (a refusal gives nullptr) and
 /// the upstream's check_invariants pass through (adaptor_base); stats() adds the upstream's.
-/// Complexity: the book's charge (local_book: O(depth of the tenant) atomics) + one sharded
-/// hash-map update per operation.
+/// Complexity: served from credit, an allocation takes its thread's shard lock once and a free
+/// twice (uncontended), with a hash-map update unless the free is of the thread's newest
+/// allocation; else the book's charge (local_book: O(depth of the tenant) atomics). A free from another
+/// thread than the allocation's looks in up to thread_slots + 1 shards; usage() and a refusal
+/// lock each shard once.
 template <class Upstream, class Observer = no_observer, class Book = detail::adaptor::local_book>
 class quota_adaptor
     : public detail::adaptor::adaptor_base<quota_adaptor<Upstream, Observer, Book>, Upstream> {
@@ -66,6 +89,10 @@ class quota_adaptor
  public:
   static constexpr std::size_t unlimited = ~std::size_t{0};
   using book_type = Book;
+  /// Whether threads reserve ahead (see Credit above).
+  static constexpr bool lends_credit = requires { requires Book::lends_credit; };
+  /// The credit a thread keeps after taking more from the book.
+  static constexpr std::size_t credit_batch = std::size_t{1} << 20;
 
   /// `book`: local_book takes the tenant registry (default: the global one).
   explicit quota_adaptor(Upstream upstream = Upstream{}, typename Book::argument book = default_book(),
@@ -78,9 +105,15 @@ class quota_adaptor
 
   /// Sets t's hard limit (unlimited to remove it). Throws invalid_argument for an unknown tenant
   /// (a ledger: ledger_error when this handle may not change limits).
-  void set_hard_limit(tenant t, std::size_t bytes) { book().set_hard_limit(checked(t), bytes); }
+  void set_hard_limit(tenant t, std::size_t bytes) {
+    book().set_hard_limit(checked(t), bytes);
+    reclaim_credit();
+  }
   /// Sets t's soft limit (unlimited to remove it).
-  void set_soft_limit(tenant t, std::size_t bytes) { book().set_soft_limit(checked(t), bytes); }
+  void set_soft_limit(tenant t, std::size_t bytes) {
+    book().set_soft_limit(checked(t), bytes);
+    reclaim_credit();
+  }
   [[nodiscard]] std::size_t hard_limit(tenant t) const { return book().hard_limit(checked(t)); }
   [[nodiscard]] std::size_t soft_limit(tenant t) const { return book().soft_limit(checked(t)); }
   /// Installs the soft-limit callback (replacing any previous one; empty to remove).
@@ -89,13 +122,28 @@ class quota_adaptor
     state_->callback = std::move(cb);
   }
 
-  /// Bytes held by t and its descendants (a ledger: by every process).
-  [[nodiscard]] std::size_t usage(tenant t) const { return book().usage(checked(t)); }
-  /// Highest usage(t) so far.
+  /// Bytes held by t and its descendants (a ledger: by every process); credit is not usage.
+  [[nodiscard]] std::size_t usage(tenant t) const {
+    checked(t);
+    if constexpr (!lends_credit) {
+      return book().usage(t);
+    } else {
+      std::size_t lent = 0;  // with every shard locked, no credit moves
+      for (auto& sh : state_->shards) sh.lock.lock();
+      for (auto& sh : state_->shards)
+        if (sh.lending && sh.credit != 0 && on_chain(sh.credit_tenant, t)) lent += sh.credit;
+      std::size_t reserved = book().usage(t);
+      for (auto& sh : state_->shards) sh.lock.unlock();
+      return reserved - lent;
+    }
+  }
+  /// Highest usage(t) so far (see Credit above for what it means while threads race).
   [[nodiscard]] std::size_t peak_usage(tenant t) const { return book().peak_usage(checked(t)); }
   /// Requests refused for t's own limit.
   [[nodiscard]] std::size_t refusals(tenant t) const { return book().refusals(checked(t)); }
 
+  /// The book; with credit lent, its usage includes the credit (usage() here does not). Set
+  /// limits through the adaptor, which takes the credit back.
   [[nodiscard]] Book& book() const noexcept { return state_->book; }
   [[nodiscard]] const tenant_registry& registry() const noexcept
     requires std::is_same_v<Book, detail::adaptor::local_book>
@@ -114,30 +162,34 @@ class quota_adaptor
     detail::check_request(name(), bytes, align);
     checked(t);
     if (bytes == 0) return nullptr;
-    detail::adaptor::charge_result charge = book().charge(t, bytes);
+    const std::size_t slot = detail::adaptor::thread_slot::get();
+    shard_t& sh = state_->shards[slot];
+    detail::adaptor::charge_result charge = take(sh, t, bytes);
     if (!charge.granted) [[unlikely]] refuse(s, bytes, t, charge);
     void* p;
     try {
       p = upstream_.allocate(s, bytes, align);
     } catch (const out_of_memory& e) {
-      book().uncharge(t, bytes);
+      give_back(sh, t, bytes);
       state_->ooms.fetch_add(1, std::memory_order_relaxed);
       observer_.on_out_of_memory(bytes, s, e.stats());
       throw;
     } catch (...) {
-      book().uncharge(t, bytes);
+      give_back(sh, t, bytes);
       throw;
     }
-    try {
-      state_->pointers.insert(p, record{t, bytes});
-    } catch (...) {
-      upstream_.deallocate(s, p, bytes, align);
-      book().uncharge(t, bytes);
-      throw;
+    if (slot < detail::adaptor::thread_slots) [[likely]] {
+      sh.set_newest(key(p), record{t, bytes});
+    } else {
+      try {
+        detail::spin_guard lock(sh.lock);
+        sh.insert(key(p), record{t, bytes});  // present already: the first record stays
+      } catch (...) {
+        upstream_.deallocate(s, p, bytes, align);
+        give_back(sh, t, bytes);
+        throw;
+      }
     }
-    std::size_t live = state_->live.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    raise(state_->peak_live, live);
-    state_->allocations.fetch_add(1, std::memory_order_relaxed);
     observer_.on_allocate(p, bytes, s);
     if (charge.soft_crossed != 0) fire_soft_callbacks(t, charge.soft_crossed);
     return p;
@@ -145,19 +197,23 @@ class quota_adaptor
 
   void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
     if (p == nullptr) return;
-    auto r = state_->pointers.take_if(p, [bytes](const record& rec) { return rec.bytes == bytes; });
-    if (!r) {
+    shard_t& own = state_->shards[detail::adaptor::thread_slot::get()];
+    record r = take_record(own, p, bytes);
+    for (std::size_t i = 0; !r && i < state_->shards.size(); ++i)
+      if (&state_->shards[i] != &own) r = take_record(state_->shards[i], p, bytes);
+    if (!r) [[unlikely]] {
       report_misuse({misuse::foreign_pointer, name(), p, bytes, 0});
       return;
     }
-    if (r->bytes != bytes) {
-      report_misuse({misuse::wrong_size, name(), p, bytes, r->bytes});
+    if (r.bytes != bytes) [[unlikely]] {
+      report_misuse({misuse::wrong_size, name(), p, bytes, r.bytes});
       return;
     }
     upstream_.deallocate(s, p, bytes, align);
-    book().uncharge(r->owner, bytes);
-    state_->live.fetch_sub(bytes, std::memory_order_relaxed);
-    state_->deallocations.fetch_add(1, std::memory_order_relaxed);
+    {
+      detail::spin_guard lock(own.lock);  // only now: the bytes may serve a request at once
+      return_bytes(own, r.owner, bytes);
+    }
     observer_.on_deallocate(p, bytes, s);
   }
 
@@ -170,48 +226,68 @@ class quota_adaptor
 
   /// The tenant a live allocation was made for; false when p is not live here.
   [[nodiscard]] bool tenant_of(const void* p, tenant& out) const {
-    auto r = state_->pointers.find(p);
-    if (r) out = r->owner;
-    return r.has_value();
+    record r = find(p);
+    if (r) out = r.owner;
+    return static_cast<bool>(r);
   }
 
   /// Request-level totals (live = requested bytes); OOMs count quota refusals and upstream failures.
   [[nodiscard]] vram::stats stats() const {
     vram::stats s;
     if constexpr (has_stats<Upstream>) s = upstream_.stats();
-    s.requested_bytes = state_->live.load(std::memory_order_relaxed);
-    s.peak_requested_bytes = state_->peak_live.load(std::memory_order_relaxed);
+    std::size_t live = 0, allocations = 0, deallocations = 0;
+    for (auto& sh : state_->shards) {  // frees before allocations: never more frees than allocations
+      deallocations += sh.deallocations.load(std::memory_order_relaxed);
+      allocations += sh.allocations.load(std::memory_order_relaxed);
+      live += sh.live.load(std::memory_order_relaxed);
+    }
+    s.requested_bytes = live;
+    s.peak_requested_bytes = std::max(live, state_->peak_requested.load(std::memory_order_relaxed));
     if constexpr (!has_stats<Upstream>) {
       s.live_bytes = s.requested_bytes;
       s.peak_live_bytes = s.peak_requested_bytes;
     }
-    s.total_allocations = state_->allocations.load(std::memory_order_relaxed);
-    s.total_deallocations = state_->deallocations.load(std::memory_order_relaxed);
-    s.live_allocations = s.total_allocations - s.total_deallocations;
+    s.total_allocations = allocations;
+    s.total_deallocations = deallocations;
+    s.live_allocations = allocations - deallocations;
     s.ooms = state_->ooms.load(std::memory_order_relaxed);
     return s;
   }
 
   /// True when `p` is live through this adaptor (from its records, whatever the upstream has).
-  [[nodiscard]] bool owns(const void* p) const { return state_->pointers.find(p).has_value(); }
+  [[nodiscard]] bool owns(const void* p) const { return static_cast<bool>(find(p)); }
 
   /// Verifies its own records against the book, then the upstream's invariants (exact when
-  /// no other thread is allocating): the recorded pointers sum to the total live bytes, and
-  /// the book's usage agrees with the records (local_book: usage(t) == own(t) + children's;
+  /// no other thread is allocating): each shard's counters agree with its records, the book's
+  /// reservations through this adaptor are the records' bytes plus the credit, and the book's
+  /// usage agrees (local_book: usage(t) == own(t) + children's, own(t) counting t's credit;
   /// a ledger: this process's charges per tenant == own(t), and the ledger's own invariant).
   void check_invariants() const {
 #if VRAM_DEBUG
     std::vector<std::size_t> own(max_tenants, 0);
-    std::size_t total = 0, count = 0;
-    state_->pointers.for_each([&](const void*, const record& r) {
-      if (r.owner.id >= own.size()) own.resize(r.owner.id + 1, 0);
-      own[r.owner.id] += r.bytes;
-      total += r.bytes;
-      ++count;
-    });
-    if (total != state_->live.load()) throw std::logic_error("quota_adaptor: recorded bytes != live bytes");
-    if (count != state_->allocations.load() - state_->deallocations.load())
-      throw std::logic_error("quota_adaptor: recorded pointers != live allocations");
+    std::size_t reserved = 0;
+    for (auto& sh : state_->shards) {
+      detail::spin_guard lock(sh.lock);
+      std::size_t bytes = 0, count = 0;
+      sh.for_each([&](std::uintptr_t, const record& r) {
+        if (r.owner.id >= own.size()) own.resize(r.owner.id + 1, 0);
+        own[r.owner.id] += r.bytes;
+        bytes += r.bytes;
+        ++count;
+      });
+      if (bytes != sh.live.load()) throw std::logic_error("quota_adaptor: a shard's recorded bytes != its live bytes");
+      if (count != sh.allocations.load() - sh.deallocations.load())
+        throw std::logic_error("quota_adaptor: a shard's recorded pointers != its live allocations");
+      if (sh.lending) {
+        if (sh.credit_tenant.id >= own.size()) own.resize(sh.credit_tenant.id + 1, 0);
+        own[sh.credit_tenant.id] += sh.credit;
+        bytes += sh.credit;
+      } else if (sh.credit != 0) {
+        throw std::logic_error("quota_adaptor: credit without a tenant");
+      }
+      reserved += bytes;
+    }
+    if (reserved != state_->reserved.load()) throw std::logic_error("quota_adaptor: reserved bytes != records + credit");
     book().check(own);
 #endif
     this->check_upstream_invariants();
@@ -224,18 +300,17 @@ class quota_adaptor
   }
 
  private:
-  struct record {
-    tenant owner;
-    std::size_t bytes;
-  };
+  using record = detail::adaptor::quota_record;
+  using shard_t = detail::adaptor::quota_shard;
   struct state {
     explicit state(typename Book::argument b) : book(std::move(b)) {}
     Book book;
-    detail::adaptor::adaptor_pointer_map<record> pointers;
-    std::atomic<std::size_t> live{0};  // == sum of recorded bytes
-    std::atomic<std::size_t> peak_live{0};
-    std::atomic<std::size_t> allocations{0};
-    std::atomic<std::size_t> deallocations{0};
+    std::array<shard_t, detail::adaptor::thread_slots + 1> shards;
+    // Bytes charged to the book through this adaptor: the records', the credit's and those of
+    // requests between their charge and their record. Moves with the book, not per request
+    // served from credit.
+    std::atomic<std::size_t> reserved{0};
+    std::atomic<std::size_t> peak_requested{0};
     std::atomic<std::size_t> ooms{0};
     std::mutex callback_mutex;
     soft_limit_callback callback;
@@ -246,6 +321,8 @@ class quota_adaptor
     else return typename Book::argument{};
   }
 
+  static std::uintptr_t key(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p); }
+
   static void raise(std::atomic<std::size_t>& peak, std::size_t v) noexcept {
     std::size_t p = peak.load(std::memory_order_relaxed);
     while (v > p && !peak.compare_exchange_weak(p, v, std::memory_order_relaxed)) {
@@ -255,6 +332,137 @@ class quota_adaptor
   tenant checked(tenant t) const {
     if (!book().contains(t)) detail::throw_invalid_argument(name(), "unknown tenant");
     return t;
+  }
+
+  /// True when `level` is t or one of its ancestors.
+  bool on_chain(tenant t, tenant level) const {
+    bool found = false;
+    book().for_each_level(t, [&](tenant l) { found = found || l.id == level.id; });
+    return found;
+  }
+
+  /// Charges a request of `bytes` for t: from sh's credit, else from the book (taking more
+  /// credit where it may), else, refused, once more after taking all credit back.
+  /// Counts the request in sh once granted. Settles sh's newest record first (so a failure
+  /// to record it, std::bad_alloc, comes before any charge).
+  detail::adaptor::charge_result take(shard_t& sh, tenant t, std::size_t bytes) {
+    const detail::adaptor::charge_result granted{true, 0, t, 0, 0};
+    {
+      detail::spin_guard lock(sh.lock);
+      sh.settle_newest();
+      if constexpr (lends_credit) {
+        if (sh.lending && sh.credit_tenant.id == t.id && sh.credit >= bytes) [[likely]] {
+          sh.credit -= bytes;
+          note_peaks(t, sh.credit);
+          return count(sh, bytes), granted;
+        }
+        if (lend(sh, t, bytes)) return count(sh, bytes), granted;
+        drop_credit(sh);
+      }
+      detail::adaptor::charge_result c = charge_exactly(t, bytes, !lends_credit);
+      if (c.granted) count(sh, bytes);
+      if (c.granted || !lends_credit) return c;
+    }
+    reclaim_credit();
+    detail::adaptor::charge_result c = charge_exactly(t, bytes, true);
+    if (c.granted) {
+      detail::spin_guard lock(sh.lock);
+      count(sh, bytes);
+    }
+    return c;
+  }
+
+  /// Under sh's lock: counts a granted request.
+  static void count(shard_t& sh, std::size_t bytes) noexcept {
+    shard_t::add(sh.live, bytes);
+    shard_t::add(sh.allocations, 1);
+  }
+
+  /// Under sh's lock: reserves `bytes` plus a batch of credit for t; false (nothing reserved)
+  /// where t's chain has a soft limit or the batch would not fit below a hard limit.
+  bool lend(shard_t& sh, tenant t, std::size_t bytes) {
+    if (book().soft_limited(t) || bytes > unlimited - credit_batch) return false;
+    std::size_t held = sh.lending && sh.credit_tenant.id == t.id ? sh.credit : 0;
+    std::size_t more = bytes + credit_batch - held;
+    if (!book().reserve(t, more)) return false;
+    if (held == 0) drop_credit(sh);
+    state_->reserved.fetch_add(more, std::memory_order_relaxed);
+    sh.lending = true;
+    sh.credit_tenant = t;
+    sh.credit = credit_batch;
+    note_peaks(t, credit_batch);
+    return true;
+  }
+
+  detail::adaptor::charge_result charge_exactly(tenant t, std::size_t bytes, bool count_refusal) {
+    detail::adaptor::charge_result c;
+    if constexpr (lends_credit) c = book().charge(t, bytes, count_refusal);
+    else c = book().charge(t, bytes);
+    if (c.granted) raise(state_->peak_requested, state_->reserved.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+    return c;
+  }
+
+  /// Raises the peaks after a request for t was served, `unspent` bytes of credit remaining.
+  void note_peaks(tenant t, std::size_t unspent) noexcept {
+    book().raise_peaks(t, unspent);
+    raise(state_->peak_requested, state_->reserved.load(std::memory_order_relaxed) - unspent);
+  }
+
+  /// Under sh's lock: gives sh's credit back to the book.
+  void drop_credit(shard_t& sh) noexcept {
+    if constexpr (lends_credit) {
+      if (sh.credit != 0) {
+        book().uncharge(sh.credit_tenant, sh.credit);
+        state_->reserved.fetch_sub(sh.credit, std::memory_order_relaxed);
+      }
+      sh.credit = 0;
+      sh.lending = false;
+    }
+  }
+
+  /// Gives every shard's credit back, one shard locked at a time.
+  void reclaim_credit() noexcept {
+    if constexpr (lends_credit)
+      for (auto& sh : state_->shards) {
+        detail::spin_guard lock(sh.lock);
+        drop_credit(sh);
+      }
+  }
+
+  /// Under sh's lock: returns the charge of a request (a free's: after the upstream freed the
+  /// block), to sh's credit when it lends for t.
+  void return_bytes(shard_t& sh, tenant t, std::size_t bytes) noexcept {
+    if (sh.lending && sh.credit_tenant.id == t.id) {
+      sh.credit += bytes;
+      if (sh.credit <= 2 * credit_batch) return;
+      bytes = sh.credit - credit_batch;  // keep one batch, give back the rest
+      sh.credit = credit_batch;
+    }
+    book().uncharge(t, bytes);
+    state_->reserved.fetch_sub(bytes, std::memory_order_relaxed);
+  }
+
+  /// Returns the charge of a request that made no allocation, and uncounts it.
+  void give_back(shard_t& sh, tenant t, std::size_t bytes) noexcept {
+    detail::spin_guard lock(sh.lock);
+    shard_t::add(sh.live, 0 - bytes);
+    shard_t::add(sh.allocations, ~std::size_t{0});
+    return_bytes(sh, t, bytes);
+  }
+
+  /// Looks for p in `where`'s records and removes it when found with `bytes`; returns the
+  /// record found, removed or not. Its charge stays until the caller returns it.
+  static record take_record(shard_t& where, const void* p, std::size_t bytes) noexcept {
+    detail::spin_guard lock(where.lock);
+    return where.take(key(p), bytes);
+  }
+
+  record find(const void* p) const {
+    for (auto& sh : state_->shards) {
+      detail::spin_guard lock(sh.lock);
+      if (record r = sh.find(key(p))) return r;
+    }
+    return {};
   }
 
   [[noreturn, gnu::cold]] void refuse(stream_ref s, std::size_t bytes, tenant requester,

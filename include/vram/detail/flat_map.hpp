@@ -39,6 +39,10 @@ class flat_map {
     std::size_t i = locate(key);
     return i != npos ? &slots_[i].value : nullptr;
   }
+  [[nodiscard]] const Value* find(std::uintptr_t key) const noexcept {
+    std::size_t i = locate(key);
+    return i != npos ? &slots_[i].value : nullptr;
+  }
 
   /// Inserts `key` (pre: non-zero); false, changing nothing, when it is present already.
   /// May throw std::bad_alloc when growing.

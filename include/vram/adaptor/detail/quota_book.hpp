@@ -41,6 +41,8 @@ namespace vram::detail::adaptor {
 class local_book {
  public:
   using argument = std::shared_ptr<const tenant_registry>;
+  /// quota_adaptor may reserve ahead for its threads (reserve, raise_peaks, soft_limited).
+  static constexpr bool lends_credit = true;
   static constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
 
   explicit local_book(argument registry) : registry_(std::move(registry)) {
@@ -52,27 +54,30 @@ class local_book {
   [[nodiscard]] const char* name(tenant t) const noexcept { return registry_->name(t); }
   [[nodiscard]] const tenant_registry& registry() const noexcept { return *registry_; }
 
-  charge_result charge(tenant t, std::size_t bytes) noexcept {
-    std::uint64_t crossed = 0;
-    std::size_t i = 0;
-    for (tenant at = t;; ++i) {
-      level& q = levels_[at.id];
-      std::size_t cur = q.usage.load(std::memory_order_relaxed);
-      for (;;) {
-        std::size_t limit = q.hard.load(std::memory_order_relaxed);
-        if (cur > limit || bytes > limit - cur) [[unlikely]] {
-          unreserve(t, i, bytes);
-          q.refusals.fetch_add(1, std::memory_order_relaxed);
-          return {false, 0, at, limit, cur};
-        }
-        if (q.usage.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed)) break;
-      }
-      raise(q.peak, cur + bytes);
-      std::size_t soft = q.soft.load(std::memory_order_relaxed);
-      if (i < 64 && cur <= soft && cur + bytes > soft) crossed |= std::uint64_t{1} << i;
-      if (!registry_->parent(at, at)) break;
-    }
-    return {true, crossed, t, 0, 0};
+  /// Charges `bytes` on t and every ancestor, or on none: the request's own charge (raises
+  /// the peaks, notes soft crossings, counts a refusal when `count_refusal`).
+  charge_result charge(tenant t, std::size_t bytes, bool count_refusal = true) noexcept {
+    return reserve_levels<true>(t, bytes, count_refusal);
+  }
+
+  /// Reserves `bytes` on t and every ancestor, or on none, for credit a thread will spend
+  /// later (quota_adaptor): no peak, soft crossing or refusal is recorded for it.
+  bool reserve(tenant t, std::size_t bytes) noexcept { return reserve_levels<false>(t, bytes, false).granted; }
+
+  /// True when t or an ancestor has a soft limit (its crossings must be seen per request).
+  [[nodiscard]] bool soft_limited(tenant t) const noexcept {
+    bool any = false;
+    for_each_level(t, [&](tenant level) { any = any || levels_[level.id].soft.load(std::memory_order_relaxed) != unlimited; });
+    return any;
+  }
+
+  /// Raises the peak of t and every ancestor to their usage less `unspent`, the credit reserved
+  /// on t's chain that no request holds yet.
+  void raise_peaks(tenant t, std::size_t unspent) noexcept {
+    for_each_level(t, [&](tenant level) {
+      level_t& q = levels_[level.id];
+      raise(q.peak, q.usage.load(std::memory_order_relaxed) - unspent);
+    });
   }
 
   void uncharge(tenant t, std::size_t bytes) noexcept { unreserve(t, ~std::size_t{0}, bytes); }
@@ -108,7 +113,7 @@ class local_book {
 
  private:
   // One cache line per tenant. usage <= hard whenever hard was not lowered below it; usage <= peak.
-  struct alignas(64) level {
+  struct alignas(64) level_t {
     std::atomic<std::size_t> usage{0};
     std::atomic<std::size_t> peak{0};
     std::atomic<std::size_t> hard{unlimited};
@@ -121,6 +126,32 @@ class local_book {
     while (v > p && !peak.compare_exchange_weak(p, v, std::memory_order_relaxed)) {
     }
   }
+  template <bool Request>
+  charge_result reserve_levels(tenant t, std::size_t bytes, bool count_refusal) noexcept {
+    std::uint64_t crossed = 0;
+    std::size_t i = 0;
+    for (tenant at = t;; ++i) {
+      level_t& q = levels_[at.id];
+      std::size_t cur = q.usage.load(std::memory_order_relaxed);
+      for (;;) {
+        std::size_t limit = q.hard.load(std::memory_order_relaxed);
+        if (cur > limit || bytes > limit - cur) [[unlikely]] {
+          unreserve(t, i, bytes);
+          if (count_refusal) q.refusals.fetch_add(1, std::memory_order_relaxed);
+          return {false, 0, at, limit, cur};
+        }
+        if (q.usage.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed)) break;
+      }
+      if constexpr (Request) {
+        raise(q.peak, cur + bytes);
+        std::size_t soft = q.soft.load(std::memory_order_relaxed);
+        if (i < 64 && cur <= soft && cur + bytes > soft) crossed |= std::uint64_t{1} << i;
+      }
+      if (!registry_->parent(at, at)) break;
+    }
+    return {true, crossed, t, 0, 0};
+  }
+
   /// Gives back `bytes` on the first n levels of t's chain.
   void unreserve(tenant t, std::size_t n, std::size_t bytes) noexcept {
     for (std::size_t i = 0; i < n; ++i) {
@@ -130,7 +161,7 @@ class local_book {
   }
 
   argument registry_;
-  std::array<level, max_tenants> levels_{};
+  std::array<level_t, max_tenants> levels_{};
 };
 
 }  // namespace vram::detail::adaptor
