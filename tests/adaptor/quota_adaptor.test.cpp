@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -364,6 +365,27 @@ TEST_CASE("quota_adaptor: credit serves a thread's requests; usage, peaks and co
   CHECK(q.usage(t.job) == 0);
   q.check_invariants();
   CHECK(up.counters().live_allocations() == 0);
+}
+
+TEST_CASE("quota_adaptor: a tenant with a soft limit on its chain, or a chain deeper than a shard keeps, gets no credit", "[adaptor][quota][credit]") {
+  tree t;
+  upstream_t up;
+  vram::quota_adaptor<upstream_t> q(up, t.reg);
+  q.set_soft_limit(t.job, std::size_t{1} << 30);
+  void* a = q.allocate(vram::stream_ref{}, 4096, 256, t.layer);
+  CHECK(q.book().usage(t.job) == 4096);  // charged exactly: each soft crossing is seen
+  vram::tenant deep = t.layer;
+  for (int i = 0; i < 8; ++i) deep = t.reg->create("level" + std::to_string(i), deep);  // 11 levels
+  void* b = q.allocate(vram::stream_ref{}, 4096, 256, deep);
+  q.set_soft_limit(t.job, decltype(q)::unlimited);
+  void* c = q.allocate(vram::stream_ref{}, 4096, 256, deep);
+  CHECK(q.book().usage(t.job) == 3 * 4096);  // too deep to cache its chain: charged exactly
+  CHECK(q.usage(deep) == 2 * 4096);
+  CHECK(q.peak_usage(deep) == 2 * 4096);
+  q.check_invariants();
+  for (void* p : {a, b, c}) q.deallocate_sync(p, 4096);
+  CHECK(q.usage(t.job) == 0);
+  q.check_invariants();
 }
 
 TEST_CASE("quota_adaptor: credit idle on another thread never refuses a request that fits", "[adaptor][quota][credit]") {

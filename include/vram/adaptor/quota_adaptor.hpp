@@ -56,8 +56,8 @@ using soft_limit_callback = std::function<void(tenant t, std::size_t soft_limit,
 /// request the book refuses takes every thread's credit back and is asked once more, so it is
 /// refused only when usage plus the request passes a limit. A tenant with a soft limit on its
 /// chain gets no credit (each crossing is seen by the request that makes it), nor does a
-/// request where the request and a batch do not fit below a hard limit; setting a limit takes
-/// all credit back. A free's bytes return once the upstream freed the block. Peaks (peak_usage, stats' peak_requested_bytes) are taken at each request as
+/// request where the request and a batch do not fit below a hard limit, nor a tenant more than
+/// quota_shard::max_chain (8) levels deep; setting a limit takes all credit back. A free's bytes return once the upstream freed the block. Peaks (peak_usage, stats' peak_requested_bytes) are taken at each request as
 /// the book's reservation less this thread's credit: exact while one thread holds credit,
 /// otherwise never below the true peak and above it by at most the other threads' credit,
 /// and never above a hard limit.
@@ -164,8 +164,11 @@ class quota_adaptor
     if (bytes == 0) return nullptr;
     const std::size_t slot = detail::adaptor::thread_slot::get();
     shard_t& sh = state_->shards[slot];
-    detail::adaptor::charge_result charge = take(sh, t, bytes);
-    if (!charge.granted) [[unlikely]] refuse(s, bytes, t, charge);
+    detail::adaptor::charge_result charge{true, 0, t, 0, 0};
+    if (!spend_credit(sh, t, bytes)) [[unlikely]] {
+      charge = take(sh, t, bytes);
+      if (!charge.granted) [[unlikely]] refuse(s, bytes, t, charge);
+    }
     void* p;
     try {
       p = upstream_.allocate(s, bytes, align);
@@ -341,6 +344,23 @@ class quota_adaptor
     return found;
   }
 
+  /// The common case of take(): serves the request from sh's credit, or returns false
+  /// (nothing changed but the newest record settled).
+  [[gnu::always_inline]] bool spend_credit(shard_t& sh, tenant t, std::size_t bytes) {
+    if constexpr (!lends_credit) {
+      return false;
+    } else {
+      detail::spin_guard lock(sh.lock);
+      sh.settle_newest();
+      if (!sh.lending || sh.credit_tenant.id != t.id || sh.credit < bytes) [[unlikely]]
+        return false;
+      sh.credit -= bytes;
+      count(sh, bytes);
+      note_peaks(sh);
+      return true;
+    }
+  }
+
   /// Charges a request of `bytes` for t: from sh's credit, else from the book (taking more
   /// credit where it may), else, refused, once more after taking all credit back.
   /// Counts the request in sh once granted. Settles sh's newest record first (so a failure
@@ -351,9 +371,9 @@ class quota_adaptor
       detail::spin_guard lock(sh.lock);
       sh.settle_newest();
       if constexpr (lends_credit) {
-        if (sh.lending && sh.credit_tenant.id == t.id && sh.credit >= bytes) [[likely]] {
+        if (sh.lending && sh.credit_tenant.id == t.id && sh.credit >= bytes) {
           sh.credit -= bytes;
-          note_peaks(t, sh.credit);
+          note_peaks(sh);
           return count(sh, bytes), granted;
         }
         if (lend(sh, t, bytes)) return count(sh, bytes), granted;
@@ -382,15 +402,23 @@ class quota_adaptor
   /// where t's chain has a soft limit or the batch would not fit below a hard limit.
   bool lend(shard_t& sh, tenant t, std::size_t bytes) {
     if (book().soft_limited(t) || bytes > unlimited - credit_batch) return false;
-    std::size_t held = sh.lending && sh.credit_tenant.id == t.id ? sh.credit : 0;
+    const bool same = sh.lending && sh.credit_tenant.id == t.id;
+    std::size_t held = same ? sh.credit : 0;
+    std::array<std::uint32_t, shard_t::max_chain> chain;
+    std::size_t length = same ? sh.chain_length : book().chain(t, chain.data(), chain.size());
+    if (length == 0) return false;  // a chain too deep to cache: every request charges the book
     std::size_t more = bytes + credit_batch - held;
     if (!book().reserve(t, more)) return false;
-    if (held == 0) drop_credit(sh);
+    if (!same) {
+      drop_credit(sh);
+      sh.chain = chain;
+      sh.chain_length = length;
+    }
     state_->reserved.fetch_add(more, std::memory_order_relaxed);
     sh.lending = true;
     sh.credit_tenant = t;
     sh.credit = credit_batch;
-    note_peaks(t, credit_batch);
+    note_peaks(sh);
     return true;
   }
 
@@ -402,10 +430,10 @@ class quota_adaptor
     return c;
   }
 
-  /// Raises the peaks after a request for t was served, `unspent` bytes of credit remaining.
-  void note_peaks(tenant t, std::size_t unspent) noexcept {
-    book().raise_peaks(t, unspent);
-    raise(state_->peak_requested, state_->reserved.load(std::memory_order_relaxed) - unspent);
+  /// Under sh's lock: raises the peaks after a request was served from sh's credit.
+  void note_peaks(const shard_t& sh) noexcept {
+    book().raise_peaks(sh.chain.data(), sh.chain_length, sh.credit);
+    raise(state_->peak_requested, state_->reserved.load(std::memory_order_relaxed) - sh.credit);
   }
 
   /// Under sh's lock: gives sh's credit back to the book.

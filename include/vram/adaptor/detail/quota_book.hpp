@@ -41,7 +41,7 @@ namespace vram::detail::adaptor {
 class local_book {
  public:
   using argument = std::shared_ptr<const tenant_registry>;
-  /// quota_adaptor may reserve ahead for its threads (reserve, raise_peaks, soft_limited).
+  /// quota_adaptor may reserve ahead for its threads (reserve, chain, raise_peaks, soft_limited).
   static constexpr bool lends_credit = true;
   static constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
 
@@ -71,13 +71,24 @@ class local_book {
     return any;
   }
 
-  /// Raises the peak of t and every ancestor to their usage less `unspent`, the credit reserved
-  /// on t's chain that no request holds yet.
-  void raise_peaks(tenant t, std::size_t unspent) noexcept {
+  /// Writes the ids of t and its ancestors, t first, into `ids` and returns how many; 0 when
+  /// the chain is longer than `capacity`.
+  std::size_t chain(tenant t, std::uint32_t* ids, std::size_t capacity) const noexcept {
+    std::size_t n = 0;
     for_each_level(t, [&](tenant level) {
-      level_t& q = levels_[level.id];
-      raise(q.peak, q.usage.load(std::memory_order_relaxed) - unspent);
+      if (n < capacity) ids[n] = level.id;
+      ++n;
     });
+    return n <= capacity ? n : 0;
+  }
+
+  /// Raises the peak of each of the n levels in `ids` (a chain from chain()) to its usage less
+  /// `unspent`, the credit reserved on that chain that no request holds yet.
+  void raise_peaks(const std::uint32_t* ids, std::size_t n, std::size_t unspent) noexcept {
+    for (std::size_t i = 0; i < n; ++i) {
+      level_t& q = levels_[ids[i]];
+      raise(q.peak, q.usage.load(std::memory_order_relaxed) - unspent);
+    }
   }
 
   void uncharge(tenant t, std::size_t bytes) noexcept { unreserve(t, ~std::size_t{0}, bytes); }

@@ -6,6 +6,7 @@
 // block the shard recorded, to take its credit back, or to read it whole. The one exception
 // is the newest record (below), which lets an allocation take the lock once.
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -30,9 +31,12 @@ struct alignas(64) quota_shard {
 
   // Credit: bytes reserved in the book on credit_tenant's chain that no request holds yet, so
   // that this shard's next requests for credit_tenant are served without touching the book.
-  bool lending = false;  // credit_tenant is meaningful
+  bool lending = false;  // credit_tenant and its chain are meaningful
   tenant credit_tenant{};
   std::size_t credit = 0;
+  static constexpr std::size_t max_chain = 8;  // a deeper tenant gets no credit
+  std::array<std::uint32_t, max_chain> chain{};  // credit_tenant's level ids, itself first
+  std::size_t chain_length = 0;
 
   // Written under the lock, read without it (stats() sums them). A request counts from its
   // charge, so live and allocations include requests still in the upstream.
@@ -59,11 +63,8 @@ struct alignas(64) quota_shard {
 
   /// Under the lock: moves the newest record into the table. May throw std::bad_alloc, the
   /// record staying newest.
-  void settle_newest() {
-    std::uintptr_t a = newest_.load(std::memory_order_acquire);
-    if (a == 0) return;
-    records_.insert(a, newest());  // present already: the first record stays
-    newest_.store(0, std::memory_order_relaxed);
+  [[gnu::always_inline]] void settle_newest() {
+    if (newest_.load(std::memory_order_acquire) != 0) settle();
   }
 
   /// Under the lock: records an allocation in the table. May throw std::bad_alloc.
@@ -78,19 +79,13 @@ struct alignas(64) quota_shard {
 
   /// Under the lock: the record of `address`, removed (and counted as freed) when it has
   /// `bytes`; none when `address` is not live here.
-  quota_record take(std::uintptr_t address, std::size_t bytes) noexcept {
-    quota_record r;
-    if (newest_.load(std::memory_order_acquire) == address) {
-      r = newest();
-      if (r.bytes != bytes) return r;
-      newest_.store(0, std::memory_order_relaxed);
-    } else {
-      std::size_t slot = records_.locate(address);
-      if (slot == records_.npos) return {};
-      r = records_.at(slot);
-      if (r.bytes != bytes) return r;
-      records_.erase_at(slot);
-    }
+  [[gnu::always_inline]] quota_record take(std::uintptr_t address, std::size_t bytes) noexcept {
+    if (newest_.load(std::memory_order_acquire) != address) [[unlikely]]
+      return take_from_table(address, bytes);
+    quota_record r = newest();
+    if (r.bytes != bytes) [[unlikely]]
+      return r;
+    newest_.store(0, std::memory_order_relaxed);
     add(live, 0 - bytes);
     add(deallocations, 1);
     return r;
@@ -104,6 +99,22 @@ struct alignas(64) quota_shard {
   }
 
  private:
+  [[gnu::noinline]] void settle() {
+    records_.insert(newest_.load(std::memory_order_relaxed), newest());  // present already: the first record stays
+    newest_.store(0, std::memory_order_relaxed);
+  }
+
+  [[gnu::noinline]] quota_record take_from_table(std::uintptr_t address, std::size_t bytes) noexcept {
+    std::size_t slot = records_.locate(address);
+    if (slot == records_.npos) return {};
+    quota_record r = records_.at(slot);
+    if (r.bytes != bytes) return r;
+    records_.erase_at(slot);
+    add(live, 0 - bytes);
+    add(deallocations, 1);
+    return r;
+  }
+
   [[nodiscard]] quota_record newest() const noexcept {
     return {tenant{newest_owner_.load(std::memory_order_relaxed)}, newest_bytes_.load(std::memory_order_relaxed)};
   }
