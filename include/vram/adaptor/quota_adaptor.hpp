@@ -130,8 +130,9 @@ class quota_adaptor
     } else {
       std::size_t lent = 0;  // with every shard locked, no credit moves
       for (auto& sh : state_->shards) sh.lock.lock();
-      for (auto& sh : state_->shards)
-        if (sh.lending && sh.credit != 0 && on_chain(sh.credit_tenant, t)) lent += sh.credit;
+      for (auto& sh : state_->shards)  // bytes in flight are still held: usage
+        if (sh.lending && sh.credit != 0 && on_chain(sh.credit_tenant, t))
+          lent += sh.credit - sh.in_flight.load(std::memory_order_acquire);
       std::size_t reserved = book().usage(t);
       for (auto& sh : state_->shards) sh.lock.unlock();
       return reserved - lent;
@@ -200,8 +201,16 @@ class quota_adaptor
 
   void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
     if (p == nullptr) return;
-    shard_t& own = state_->shards[detail::adaptor::thread_slot::get()];
-    record r = take_record(own, p, bytes);
+    const std::size_t slot = detail::adaptor::thread_slot::get();
+    shard_t& own = state_->shards[slot];
+    record r;
+    bool credited = false;  // the bytes went back to own's credit, held in flight
+    {
+      detail::spin_guard lock(own.lock);
+      r = own.take(key(p), bytes);
+      if (r.bytes == bytes && slot < detail::adaptor::thread_slots) [[likely]]
+        credited = credit_in_flight(own, r.owner, bytes);
+    }
     for (std::size_t i = 0; !r && i < state_->shards.size(); ++i)
       if (&state_->shards[i] != &own) r = take_record(state_->shards[i], p, bytes);
     if (!r) [[unlikely]] {
@@ -213,7 +222,9 @@ class quota_adaptor
       return;
     }
     upstream_.deallocate(s, p, bytes, align);
-    {
+    if (credited) {
+      own.in_flight.store(0, std::memory_order_release);  // now they may serve any request
+    } else {
       detail::spin_guard lock(own.lock);  // only now: the bytes may serve a request at once
       return_bytes(own, r.owner, bytes);
     }
@@ -436,15 +447,33 @@ class quota_adaptor
     raise(state_->peak_requested, state_->reserved.load(std::memory_order_relaxed) - sh.credit);
   }
 
-  /// Under sh's lock: gives sh's credit back to the book.
+  /// Under sh's lock: gives sh's credit back to the book, but bytes in flight (their block not
+  /// yet freed upstream: they stay, and the shard keeps lending for its tenant).
   void drop_credit(shard_t& sh) noexcept {
     if constexpr (lends_credit) {
-      if (sh.credit != 0) {
-        book().uncharge(sh.credit_tenant, sh.credit);
-        state_->reserved.fetch_sub(sh.credit, std::memory_order_relaxed);
+      const std::size_t kept = sh.in_flight.load(std::memory_order_acquire);
+      if (sh.credit > kept) {
+        book().uncharge(sh.credit_tenant, sh.credit - kept);
+        state_->reserved.fetch_sub(sh.credit - kept, std::memory_order_relaxed);
       }
-      sh.credit = 0;
-      sh.lending = false;
+      sh.credit = kept;
+      sh.lending = kept != 0;
+    }
+  }
+
+  /// Under the lock of own, a shard of one thread, in that thread's free of a block of t:
+  /// puts the block's bytes in own's credit at once, marked in flight until the upstream freed
+  /// the block (no other request may have them before: drop_credit leaves them, and the one
+  /// thread that could spend them is inside the free). False (nothing changed) where own does
+  /// not lend for t or would keep more than two batches.
+  bool credit_in_flight(shard_t& own, tenant t, std::size_t bytes) noexcept {
+    if constexpr (!lends_credit) {
+      return false;
+    } else {
+      if (!own.lending || own.credit_tenant.id != t.id || own.credit + bytes > 2 * credit_batch) return false;
+      own.credit += bytes;
+      own.in_flight.store(bytes, std::memory_order_relaxed);
+      return true;
     }
   }
 

@@ -37,6 +37,10 @@ struct alignas(64) quota_shard {
   static constexpr std::size_t max_chain = 8;  // a deeper tenant gets no credit
   std::array<std::uint32_t, max_chain> chain{};  // credit_tenant's level ids, itself first
   std::size_t chain_length = 0;
+  // Bytes of `credit` whose block the upstream has not freed yet: set under the lock by the
+  // shard's one thread in its free, cleared by it without the lock once the upstream freed
+  // the block. Nobody else spends or gives them back while set.
+  std::atomic<std::size_t> in_flight{0};
 
   // Written under the lock, read without it (stats() sums them). A request counts from its
   // charge, so live and allocations include requests still in the upstream.
