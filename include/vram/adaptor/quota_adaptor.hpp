@@ -75,8 +75,8 @@ using soft_limit_callback = std::function<void(tenant t, std::size_t soft_limit,
 /// allocation (after usage was reserved), every deallocation and every refusal.
 /// Capabilities: owns() from its records; release, try_allocate (a refusal gives nullptr) and
 /// the upstream's check_invariants pass through (adaptor_base); stats() adds the upstream's.
-/// Complexity: served from credit, an allocation takes its thread's shard lock once and a free
-/// twice (uncontended), with a hash-map update unless the free is of the thread's newest
+/// Complexity: served from credit, an allocation and a free each take their thread's shard
+/// lock once (uncontended), with a hash-map update unless the free is of the thread's newest
 /// allocation; else the book's charge (local_book: O(depth of the tenant) atomics). A free from another
 /// thread than the allocation's looks in up to thread_slots + 1 shards; usage() and a refusal
 /// lock each shard once.
