@@ -57,10 +57,11 @@ using soft_limit_callback = std::function<void(tenant t, std::size_t soft_limit,
 /// refused only when usage plus the request passes a limit. A tenant with a soft limit on its
 /// chain gets no credit (each crossing is seen by the request that makes it), nor does a
 /// request where the request and a batch do not fit below a hard limit, nor a tenant more than
-/// quota_shard::max_chain (8) levels deep; setting a limit takes all credit back. A free's bytes return once the upstream freed the block. Peaks (peak_usage, stats' peak_requested_bytes) are taken at each request as
-/// the book's reservation less this thread's credit: exact while one thread holds credit,
-/// otherwise never below the true peak and above it by at most the other threads' credit,
-/// and never above a hard limit.
+/// quota_shard::max_chain (8) levels deep; setting a limit takes all credit back. A free's
+/// bytes serve no other request before the upstream freed the block. Peaks (peak_usage,
+/// stats' peak_requested_bytes) are taken at each request as the book's reservation less this
+/// thread's credit: exact while one thread holds credit, otherwise never below the true peak
+/// and above it by at most the other threads' credit, and never above a hard limit.
 /// Tenants: the explicit tenant argument, else the book's default (local_book:
 /// vram::current_tenant(); a ledger: the tenant it was given); the tenant is recorded
 /// per pointer, so deallocation needs no tenant and may happen on any thread or scope.
