@@ -68,6 +68,8 @@ const char* usage =
     "  --no-master-weights              with --zero or --fsdp: no fp32 master copy of bf16 weights\n"
     "cards:\n"
     "  --gpu GIB[,GIB...]               card capacities in GiB, or sizes with a unit (default 24,48,80,141)\n"
+    "  --context-gib X                  GiB of each card outside the allocator (default 0.5: the CUDA\n"
+    "                                   context and cuBLAS; + 0.75 per NCCL communicator when sharded)\n"
     "output:\n"
     "  --json FILE                      the answer as JSON\n"
     "  --html FILE                      a self-contained page: what fills each card, per allocator\n"
@@ -135,6 +137,27 @@ std::vector<double> parse_cards_gib(const std::string& list) {
     if (comma == std::string::npos) return out;
     at = comma + 1;
   }
+}
+
+/// The largest --context-gib taken: more than any CUDA context and its libraries need by far.
+inline constexpr std::uint64_t most_context_gib = 64;
+
+/// --context-gib's value: GiB as a decimal number (0.5, 2), 0 to most_context_gib.
+std::uint64_t parse_context_gib(const std::string& flag, const std::string& text) {
+  const std::string what = "GiB as a decimal number (0, 0.5, 2), at most " + std::to_string(most_context_gib);
+  const std::size_t dot = text.find('.');
+  const std::optional<std::uint64_t> whole = vram::parse_count(text.substr(0, dot));
+  std::optional<std::uint64_t> fraction = std::uint64_t{0};
+  std::uint64_t scale = 1;
+  if (dot != std::string::npos) {
+    const std::string digits = text.substr(dot + 1);
+    fraction = digits.size() <= 6 ? vram::parse_count(digits) : std::nullopt;
+    for (std::size_t i = 0; i < digits.size(); ++i) scale *= 10;
+  }
+  if (!whole || !fraction || *whole > most_context_gib || (*whole == most_context_gib && *fraction != 0))
+    throw usage_error(vram::refusal(flag, text, what));
+  const std::uint64_t gib = std::uint64_t{1} << 30;
+  return *whole * gib + (*fraction * gib + scale / 2) / scale;  // to the nearest byte
 }
 
 bool parse_yes_no(const std::string& flag, const std::string& text) {
@@ -265,6 +288,8 @@ struct request {
   step_options run;
   sharding_flags sharding;
   std::vector<double> cards_gib = {24, 48, 80, 141};
+  std::optional<std::uint64_t> context_bytes;  ///< --context-gib: the whole of each card outside the allocator
+  std::string context_text;                    ///< --context-gib as given
   std::string json_path;
   std::string html_path;
   bool search = true;
@@ -371,6 +396,9 @@ request parse(const std::vector<std::string>& args) {
       q.sharding.asked = true;
     } else if (a == "--gpu") {
       q.cards_gib = parse_cards_gib(value());
+    } else if (a == "--context-gib") {
+      q.context_text = value();
+      q.context_bytes = parse_context_gib(a, q.context_text);
     } else if (a == "--json") {
       q.json_path = value();
     } else if (a == "--html") {

@@ -2,9 +2,11 @@
 // allocation trace of a training or serving step of a decoder-only transformer
 // (vram/trace/step.hpp), replays it on each allocator on a simulated card of each capacity,
 // and answers with the peak by category, what each allocator reserves, the largest batch and
-// sequence that fit, and the remedies ranked by what they save. See docs/fit.md. This file
-// writes the answer; its rooms parse the flags (flags.hpp), search (search.hpp) and draw the
-// HTML page (render.hpp).
+// sequence that fit, and the remedies ranked by what they save. Each card first loses what it
+// holds outside the allocator (the CUDA context, the libraries, NCCL); the allocators are
+// replayed on the rest. See docs/fit.md. This file writes the answer; its rooms parse the flags
+// (flags.hpp), keep the memory outside the allocator (outside.hpp), search (search.hpp) and draw
+// the HTML page (render.hpp).
 
 #include <algorithm>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include <vram-fit/flags.hpp>
+#include <vram-fit/outside.hpp>
 #include <vram-fit/remedies.hpp>
 #include <vram-fit/render.hpp>
 #include <vram-fit/search.hpp>
@@ -62,7 +65,14 @@ int answer(const request& q) {
     out << ", optimizer " << optimizer_name(q.run.optimizer) << (q.run.foreach ? "" : " (single-tensor)");
   out << "\n";
   if (q.sharding.asked) out << sharding_lines(q, q.model, worst);
-  out << "\n";
+  const outside_allocator kept = outside_of(q, q.sharding.gpus), kept_searching = outside_for_search(q);
+  out << outside_line(kept) << "not modelled, beside it:";
+  for (std::size_t i = 0; i < not_modelled().size(); ++i) out << (i ? "; " : " ") << not_modelled()[i];
+  out << "\n\n";
+  // The card's capacity less what it holds outside the allocator: what the allocator may use.
+  const auto usable_of = [&](double card_gib, const outside_allocator& o) {
+    return static_cast<std::size_t>(card_gib * double(std::uint64_t{1} << 30)) - o.total();
+  };
   out << "peak live " << gib(double(peak.peak_live)) << " GiB:";
   for (std::size_t i = 0; i < category_count; ++i)
     if (peak.at_peak[i] != 0) out << " " << category_names[i] << " " << gib(double(peak.at_peak[i]));
@@ -77,11 +87,16 @@ int answer(const request& q) {
   json << "}, \"needs\": {";
   for (std::size_t a = 0; a < needs.size(); ++a)
     json << (a ? ", " : "") << "\"" << needs[a].allocator << "\": " << needs[a].peak_reserved;
-  json << "}, ";
+  json << "}, \"outside_allocator\": {\"bytes\": " << kept.total() << ", \"context\": " << kept.context
+       << ", \"nccl\": " << kept.nccl << ", \"communicators\": " << kept.communicators
+       << ", \"source\": " << (kept.asked ? "\"--context-gib\"" : "\"default\"") << "}, \"margin\": {\"outside_allocator\": "
+       << kept.total() << ", \"fragmentation_replayed\": true, \"not_modelled\": [";
+  for (std::size_t i = 0; i < not_modelled().size(); ++i) json << (i ? ", " : "") << json_quote(not_modelled()[i]);
+  json << "]}, ";
   std::vector<std::uint64_t> smallest;  // per card, the fewest GPUs that fit (0: none)
   for (double card : q.cards_gib)
     if (q.sharding.asked)
-      smallest.push_back(smallest_gpus(q, static_cast<std::size_t>(card * double(std::uint64_t{1} << 30)), allocators[0]));
+      smallest.push_back(smallest_gpus(q, usable_of(card, kept_searching), allocators[0]));
   if (q.sharding.asked) {
     const sharding_flags& f = q.sharding;
     const parallel_plan& p = worst.parallel;
@@ -98,7 +113,8 @@ int answer(const request& q) {
     for (std::size_t c = 0; c < q.cards_gib.size(); ++c) {
       const std::size_t capacity = static_cast<std::size_t>(q.cards_gib[c] * double(std::uint64_t{1} << 30));
       const std::uint64_t n = smallest[c];
-      json << (c ? ", " : "") << "{\"capacity\": " << capacity << ", \"allocator\": \"" << allocators[0].name
+      json << (c ? ", " : "") << "{\"capacity\": " << capacity << ", \"usable\": " << usable_of(q.cards_gib[c], kept_searching)
+           << ", \"allocator\": \"" << allocators[0].name
            << "\", \"gpus\": " << (n == 0 ? std::string("null") : std::to_string(n)) << "}";
     }
     json << "]}, ";
@@ -119,8 +135,10 @@ int answer(const request& q) {
   std::stable_sort(remedies.begin(), remedies.end(), [](const ranked& x, const ranked& y) { return x.needs < y.needs; });
 
   for (std::size_t c = 0; c < q.cards_gib.size(); ++c) {
-    const std::size_t capacity = static_cast<std::size_t>(q.cards_gib[c] * double(std::uint64_t{1} << 30));
-    out << "\n" << q.cards_gib[c] << " GiB card\n";
+    const std::size_t card_bytes = static_cast<std::size_t>(q.cards_gib[c] * double(std::uint64_t{1} << 30));
+    const std::size_t capacity = usable_of(q.cards_gib[c], kept);  // what the allocators are replayed on
+    out << "\n" << q.cards_gib[c] << " GiB card\n  for the allocator " << gib(double(capacity)) << " GiB, outside it "
+        << gib(double(kept.total())) << " GiB\n";
     const std::string verdict = floor_verdict(q, peak, double(capacity));
     if (!verdict.empty()) out << "  " << verdict << "\n";
     if (q.sharding.asked) {
@@ -135,7 +153,8 @@ int answer(const request& q) {
                     : "more ranks shard nothing more")
             << "\n";
     }
-    json << (c ? ", " : "") << "{\"capacity\": " << capacity << ", \"verdict\": " << json_quote(verdict)
+    json << (c ? ", " : "") << "{\"capacity\": " << card_bytes << ", \"usable\": " << capacity
+         << ", \"outside_allocator\": " << kept.total() << ", \"verdict\": " << json_quote(verdict)
          << ", \"allocators\": [";
     // On this card, per allocator: whether it fits, and what it reserves here when it does
     // (a capped pool grows less than an unbounded one) or needs when it does not. The text's
@@ -170,6 +189,11 @@ int answer(const request& q) {
       out << "\n";
       json << "}";
     }
+    if (q.search) {
+      out << "  margin of the largest batch and sequence: " << gib(double(kept.total()))
+          << " GiB outside the allocator; each allocator's fragmentation is in its replay at " << gib(double(capacity))
+          << " GiB\n";
+    }
     json << "], \"remedies\": [";
     out << "  remedies, each alone (" << allocators[0].name << " needs " << gib(double(needs[0].peak_reserved))
         << " GiB as asked):\n";
@@ -189,7 +213,7 @@ int answer(const request& q) {
     const combination best = combine(q, capacity, allocators[0]);
     std::string names;
     for (const std::string& n : best.applied) names += (names.empty() ? "" : " + ") + n;
-    page.card(q.cards_gib[c], capacity, verdict, results, rows, names, best.fits);
+    page.card(q.cards_gib[c], card_bytes, kept.total(), verdict, results, rows, names, best.fits);
     if (best.applied.empty() && best.fits) out << "  it fits as asked\n";
     else if (best.fits) out << "  to fit: " << names << " (needs " << gib(double(best.needs)) << " GiB)\n";
     else
@@ -246,6 +270,7 @@ int main(int argc, char** argv) {
   try {
     request q = parse(args);
     check_sharding(q);
+    check_outside(q);
     q.run = rank_run(q, q.sharding.gpus);
     return answer(q);
   } catch (const usage_error& e) {

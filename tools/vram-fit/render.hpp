@@ -1,6 +1,6 @@
 #pragma once
-// vram-fit's HTML page: per card, a stacked bar per allocator of what fills it at the peak,
-// and the remedies' table. A room of main.cpp, included by it alone.
+// vram-fit's HTML page: per card, a stacked bar per allocator of what fills it at the peak
+// (what the card holds outside the allocator first), and the remedies' table. A room of main.cpp, included by it alone.
 
 #include <algorithm>
 #include <cstdint>
@@ -20,13 +20,13 @@ using vram_fit::remedy;
 using vram_fit::remedies_for;
 
 /// The self-contained HTML page: per card, one stacked bar per allocator of what fills it at
-/// the peak (each category, then what the allocator reserves beyond the live bytes), against
-/// the card's capacity.
+/// the peak (what the card holds outside the allocator, each category, then what the allocator
+/// reserves beyond the live bytes), against the card's capacity.
 class html_page {
  public:
-  /// The categories' colours, then fragmentation's.
-  static constexpr const char* colours[category_count + 1] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
-                                                              "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
+  /// The categories' colours, then fragmentation's, then what is outside the allocator.
+  static constexpr const char* colours[category_count + 2] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                                              "#8c564b", "#e377c2", "#7f7f7f", "#17becf"};
 
   html_page(const request& q, const category_peak& peak) : peak_(peak) {
     using vram::detail::trace::json_quote;
@@ -34,9 +34,12 @@ class html_page {
           << mode_name(q.run.mode) << ", batch " << q.run.batch << " &times; sequence " << q.run.sequence
           << ", weights " << format_name(q.run.weights) << ". Peak live " << gib(double(peak.peak_live))
           << " GiB.</p>\n<p>";
-    for (std::size_t i = 0; i <= category_count; ++i)
+    for (std::size_t i = 0; i <= category_count + 1; ++i)
       body_ << "<span class=key style=\"background:" << colours[i] << "\"></span>"
-            << (i < category_count ? category_names[i] : "reserved beyond live") << " ";
+            << (i < category_count    ? category_names[i]
+                : i == category_count ? "reserved beyond live"
+                                      : "outside the allocator (CUDA context, libraries, NCCL)")
+            << " ";
     body_ << "</p>\n";
   }
 
@@ -47,13 +50,15 @@ class html_page {
     bool fits;
   };
 
-  /// One card: `results` per allocator, whether it fits and what it reserves on the card (or
-  /// needs, when it does not fit): the figures the text prints, so a bar ends inside the card
-  /// line exactly when the text says it fits.
-  void card(double card_gib, std::size_t capacity, const std::string& verdict, const std::vector<outcome>& results,
+  /// One card of `capacity` bytes, `outside` of them outside the allocator: `results` per
+  /// allocator, whether it fits and what it reserves on the rest (or needs, when it does not
+  /// fit): the figures the text prints, so a bar ends inside the card line exactly when the
+  /// text says it fits.
+  void card(double card_gib, std::size_t capacity, std::uint64_t outside, const std::string& verdict,
+            const std::vector<outcome>& results,
             const std::vector<remedy_row>& remedies, const std::string& combination, bool combination_fits) {
     std::uint64_t widest = capacity;
-    for (const outcome& n : results) widest = std::max<std::uint64_t>(widest, n.peak_reserved);
+    for (const outcome& n : results) widest = std::max<std::uint64_t>(widest, outside + n.peak_reserved);
     const double width = 900, scale = (width - 180) / (double(widest) * 1.05);
     const int row = 34;
     body_ << "<h2>" << card_gib << " GiB card</h2>\n";
@@ -72,6 +77,7 @@ class html_page {
               << "\"><title>" << escape(what) << " " << gib(double(bytes)) << " GiB</title></rect>\n";
         x += w;
       };
+      bar(outside, colours[category_count + 1], "outside the allocator");
       for (std::size_t i = 0; i < category_count; ++i) bar(peak_.at_peak[i], colours[i], category_names[i]);
       const std::uint64_t reserved = results[a].peak_reserved;
       bar(reserved > peak_.peak_live ? reserved - peak_.peak_live : 0, colours[category_count], "reserved beyond live");

@@ -162,26 +162,28 @@ std::uint64_t largest_fitting(const request& q, std::uint64_t step_options::*fie
   return lo;
 }
 
-/// When the weights and what the mode must keep beside them exceed a card before any
-/// activation, no allocator and no batch can fit: say so, with the numbers.
+/// When the weights and what the mode must keep beside them exceed what a card leaves the
+/// allocator (`capacity`) before any activation, no allocator and no batch can fit: say so,
+/// with the numbers.
 std::string floor_verdict(const request& q, const category_peak& peak, double capacity) {
   const double w = double(peak.own_peak[0]), g = double(peak.own_peak[1]), o = double(peak.own_peak[2]);
   std::ostringstream s;
+  const std::string card = "the " + gib(capacity) + " GiB the card leaves the allocator";
   if (!q.run.parallel.single()) {  // one rank's share: more ranks or a deeper sharding is the answer
     if (w + g + o > capacity)
       s << "on each rank, weights, gradients and optimizer state at their peaks (" << gib(w + g + o)
-        << " GiB) exceed the card: more ranks, a deeper sharding (--zero 3, --fsdp full), --tp, --pp or --offload";
+        << " GiB) exceed " << card << ": more ranks, a deeper sharding (--zero 3, --fsdp full), --tp, --pp or --offload";
     return s.str();
   }
   if (w > capacity) {
-    s << "the weights alone (" << gib(w) << " GiB) exceed the card: quantize the base (int8, int4) or shard the model";
+    s << "the weights alone (" << gib(w) << " GiB) exceed " << card << ": quantize the base (int8, int4) or shard the model";
   } else if (q.run.mode == run_mode::training && w + g > capacity) {
     s << "full training cannot fit: weights " << gib(w) << " + gradients " << gib(g) << " = " << gib(w + g)
-      << " GiB exceed the card before any activation or optimizer state; only a frozen base (--mode lora, a "
+      << " GiB exceed " << card << " before any activation or optimizer state; only a frozen base (--mode lora, a "
          "quantized base) or offloading can fit";
   } else if (w + g + o > capacity) {
     s << "weights, gradients and optimizer state (" << gib(w + g + o)
-      << " GiB) exceed the card: a lighter optimizer (8-bit AdamW, SGD), a frozen base or offloading is needed";
+      << " GiB) exceed " << card << ": a lighter optimizer (8-bit AdamW, SGD), a frozen base or offloading is needed";
   }
   return s.str();
 }
