@@ -437,6 +437,72 @@ TEST_CASE("quota_adaptor: credit idle on another thread never refuses a request 
   CHECK(up.counters().live_allocations() == 0);
 }
 
+namespace {
+/// Host memory whose frees wait, inside the upstream, until the test opens the gate.
+struct gated_frees {
+  struct gate {
+    std::mutex m;
+    std::condition_variable cv;
+    bool entered = false, open = false;
+  };
+  std::shared_ptr<gate> g = std::make_shared<gate>();
+  vram::host_source host;
+  void* allocate(vram::stream_ref s, std::size_t bytes, std::size_t align) { return host.allocate(s, bytes, align); }
+  void deallocate(vram::stream_ref s, void* p, std::size_t bytes, std::size_t align) noexcept {
+    {
+      std::unique_lock lock(g->m);
+      g->entered = true;
+      g->cv.notify_all();
+      g->cv.wait(lock, [&] { return g->open; });
+    }
+    host.deallocate(s, p, bytes, align);
+  }
+  void* allocate_sync(std::size_t bytes, std::size_t align = 256) { return allocate({}, bytes, align); }
+  void deallocate_sync(void* p, std::size_t bytes, std::size_t align = 256) noexcept { deallocate({}, p, bytes, align); }
+  friend bool operator==(const gated_frees& a, const gated_frees& b) { return a.g == b.g; }
+};
+}  // namespace
+
+TEST_CASE("quota_adaptor: a free's bytes serve no request before the upstream freed the block", "[adaptor][quota][credit]") {
+  tree t;
+  using quota_t = vram::quota_adaptor<gated_frees>;
+  constexpr std::size_t batch = quota_t::credit_batch;
+  gated_frees up;
+  quota_t q(up, t.reg);
+  q.set_hard_limit(t.job, 4 * batch);
+  // One thread allocates a block (taking a batch of credit too) and frees it: the bytes go
+  // back to its credit at once, in flight while the upstream frees the block.
+  std::thread freeing([&] {
+    void* a = q.allocate(vram::stream_ref{}, batch, 256, t.layer);
+    q.deallocate_sync(a, batch);
+  });
+  {
+    std::unique_lock lock(up.g->m);
+    up.g->cv.wait(lock, [&] { return up.g->entered; });  // the free is inside the upstream
+  }
+  CHECK(q.book().usage(t.job) == 2 * batch);
+  CHECK(q.usage(t.job) == batch);  // still held
+  // Another thread asks for all that is not held: refused first (the credit is out), then
+  // every credit is taken back but the block in flight, and the request fits exactly.
+  void* b = q.allocate(vram::stream_ref{}, 3 * batch, 256, t.model_b);
+  CHECK(q.usage(t.job) == 4 * batch);
+  CHECK_THROWS_AS(q.allocate(vram::stream_ref{}, 1, 256, t.model_b), vram::quota_exceeded);
+  {
+    std::lock_guard lock(up.g->m);
+    up.g->open = true;
+  }
+  up.g->cv.notify_all();
+  freeing.join();
+  CHECK(q.usage(t.job) == 3 * batch);
+  void* c = q.allocate(vram::stream_ref{}, batch, 256, t.model_b);  // the freed block's bytes
+  CHECK(q.usage(t.job) == 4 * batch);
+  q.check_invariants();
+  q.deallocate_sync(b, 3 * batch);
+  q.deallocate_sync(c, batch);
+  CHECK(q.usage(t.job) == 0);
+  q.check_invariants();
+}
+
 TEST_CASE("quota_adaptor: blocks handed between threads keep their data, ranges stay disjoint", "[adaptor][quota][credit]") {
   // Four threads allocate blocks, fill each with a pattern of its own and pass it on to the
   // next thread, which checks the pattern and the live ranges before it frees the block.
