@@ -123,16 +123,24 @@ std::uint64_t needs_of(const decoder_model& m, const step_options& o, const vram
   return rank_needs(m, worst_rank(m, o, allocator), allocator, peak);
 }
 
-/// Whether every rank of run `o` fits `capacity` on `allocator`. Without a refusal a capped
-/// replay is the unbounded one, so a rank that needs no more than the card fits, and one whose
-/// live bytes alone exceed it cannot; only between the two is the capped replay run.
+/// Whether every rank of run `o` fits `capacity` on `allocator`: its step replayed at that
+/// capacity without a refusal, remembered per run, capacity and allocator. A rank whose live
+/// bytes alone exceed the capacity cannot fit, and is not replayed. Needing no more than the
+/// capacity unbounded is not enough: the simulated device's address space fragments too (an
+/// allocator that frees to it, as `upstream` does, can be refused with fewer bytes reserved
+/// than the card holds).
 bool fits_on(const decoder_model& m, const step_options& o, std::size_t capacity,
              const vram_replay::allocator_config& allocator) {
+  static std::map<std::string, bool> known;
   for (const step_options& rank : ranks_of(o)) {
     category_peak p;
-    const std::uint64_t needs = rank_needs(m, rank, allocator, &p);
-    if (needs <= capacity) continue;
-    if (p.peak_live > capacity || !replay_on(generate_step(m, rank), capacity, {allocator})[0].fits) return false;
+    rank_needs(m, rank, allocator, &p);
+    if (p.peak_live > capacity) return false;
+    const std::string key = allocator.name + ' ' + std::to_string(capacity) + ' ' + key_of(m, rank);
+    auto it = known.find(key);
+    if (it == known.end())
+      it = known.emplace(key, replay_on(generate_step(m, rank), capacity, {allocator})[0].fits).first;
+    if (!it->second) return false;
   }
   return true;
 }
