@@ -63,7 +63,7 @@ const std::vector<hostile_value> counts =
 
 }  // namespace
 
-TEST_CASE("vram-fit: every count and capacity flag refuses every hostile value", "[tools][parse]") {
+TEST_CASE("vram-fit: every count, capacity and context flag refuses every hostile value", "[tools][parse]") {
   for (const char* flag : {"--layers", "--hidden", "--heads", "--kv-heads", "--ffn", "--vocab", "--positions",
                            "--batch", "--sequence", "--micro-batch", "--lora-rank", "--decode-steps", "--checkpoint"})
     refuses("vram-fit", VRAM_FIT_EXE, "--preset gpt2 --no-search", flag, counts);
@@ -77,6 +77,11 @@ TEST_CASE("vram-fit: every count and capacity flag refuses every hostile value",
   for (const hostile_value& v : with({vram::test::hostile_values}, {"1", "0.41.", "0..41", "0.41.1.2", "0.1000"}))
     if (v.text != "1.5") versions.push_back(v);
   refuses("vram-fit", VRAM_FIT_EXE, "--preset gpt2 --no-search", "--bitsandbytes", versions);
+  std::vector<hostile_value> context;  // "1.5" is GiB outside the allocator
+  for (const hostile_value& v : with({vram::test::hostile_values, vram::test::hostile_sizes},
+                                     {"-0.5", "65", "64.5", "1.", "0.5.5", "0.1234567", "1G", "24", "30"}))
+    if (v.text != "1.5") context.push_back(v);
+  refuses("vram-fit", VRAM_FIT_EXE, "--preset gpt2 --no-search --gpu 24", "--context-gib", context);
 }
 
 TEST_CASE("vram-replay: --capacity and --steps refuse every hostile value", "[tools][parse]") {

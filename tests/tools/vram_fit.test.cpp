@@ -1,6 +1,7 @@
 // The vram-fit executable, run as a user would: the 7B-on-24-GB case, GPT-2 on common cards,
-// its bisection checked against itself one batch further, JSON output, bad input, and sharded
-// training across GPUs.
+// its bisection checked against itself one batch further and against the generator and the
+// allocators replayed here at the capacity the answer leaves them, JSON output, bad input, and
+// sharded training across GPUs.
 
 #include <catch2/catch.hpp>
 
@@ -18,7 +19,9 @@
 #include <sstream>
 #include <string>
 
+#include <vram-replay/lineup.hpp>
 #include <vram/trace/detail/json.hpp>
+#include <vram/trace/model.hpp>
 #include <vram/trace/step.hpp>
 
 #ifndef VRAM_FIT_EXE
@@ -96,6 +99,100 @@ TEST_CASE("vram-fit: GPT-2 fits common cards, with the largest batch the bisecti
                            " --batch " + std::to_string(largest + 1));
       CHECK_FALSE(field(field(field(beyond, "cards").array.at(0), "allocators").array.at(0), "fits").boolean);
     }
+  }
+}
+
+TEST_CASE("vram-fit: what each card keeps outside the allocator is stated, and the allocator has the rest") {
+  const auto a = answer("--preset gpt2 --gpu 24 --no-search");
+  const auto& kept = field(a, "outside_allocator");
+  CHECK(field(kept, "bytes").as_int() == std::int64_t{512} << 20);  // the CUDA context and cuBLAS
+  CHECK(field(kept, "communicators").as_int() == 0);
+  CHECK(field(kept, "source").string == "default");
+  const auto& card = field(a, "cards").array.at(0);
+  CHECK(field(card, "usable").as_int() == field(card, "capacity").as_int() - field(kept, "bytes").as_int());
+  CHECK(field(field(a, "margin"), "outside_allocator").as_int() == field(kept, "bytes").as_int());
+  CHECK(field(field(a, "margin"), "fragmentation_replayed").boolean);
+  CHECK_FALSE(field(field(a, "margin"), "not_modelled").array.empty());
+  // --context-gib gives the whole of it; 0 keeps nothing off the card.
+  const auto asked = answer("--preset gpt2 --gpu 24 --no-search --context-gib 2.25");
+  CHECK(field(field(asked, "outside_allocator"), "bytes").as_int() == std::int64_t{9} << 28);
+  CHECK(field(field(asked, "outside_allocator"), "source").string == "--context-gib");
+  const auto none = answer("--preset gpt2 --gpu 24 --no-search --context-gib 0");
+  CHECK(field(field(none, "cards").array.at(0), "usable").as_int() == std::int64_t{24} << 30);
+  // Sharded: one NCCL communicator more per process group of degree above 1.
+  const auto sharded = answer("--preset gpt2 --gpu 24 --no-search --gpus 8 --tp 2 --zero 1");
+  CHECK(field(field(sharded, "outside_allocator"), "communicators").as_int() == 2);  // data parallel 4, tensor 2
+  CHECK(field(field(sharded, "outside_allocator"), "bytes").as_int() == (std::int64_t{512} + 2 * 768) << 20);
+  // The text states it in the header and on each card.
+  const run_result r = run("--preset gpt2 --gpu 24 --no-search");
+  INFO(r.out);
+  CHECK(r.out.find("outside the allocator, on each card: 0.50 GiB") != std::string::npos);
+  CHECK(r.out.find("24 GiB card\n  for the allocator 23.50 GiB, outside it 0.50 GiB\n") != std::string::npos);
+  // A card the constant fills is refused, naming the flag.
+  const run_result full = run("--preset gpt2 --gpu 2 --context-gib 2 --no-search");
+  INFO(full.out);
+  CHECK(full.status == 2);
+  CHECK(full.out.starts_with("vram-fit: bad --context-gib '2': "));
+}
+
+TEST_CASE("vram-fit: the largest batch and sequence replay without a refusal at the capacity the answer leaves the "
+          "allocator, and one more does not") {
+  using namespace vram::trace;
+  struct fit_case {
+    const char* args;
+    const char* preset;
+    run_mode mode;
+    std::uint64_t batch, sequence;
+  };
+  const auto allocators = vram_replay::default_allocators();
+  for (const fit_case& c : {fit_case{"--preset gpt2-medium --batch 8 --gpu 24,80", "gpt2-medium", run_mode::training, 8, 1024},
+                            fit_case{"--preset llama-2-7b --mode lora --gpu 24,48,80", "llama-2-7b", run_mode::lora, 1, 1024},
+                            fit_case{"--preset llama-2-7b --mode lora --gpu 24 --context-gib 3", "llama-2-7b",
+                                     run_mode::lora, 1, 1024}}) {
+    INFO(c.args);
+    const auto a = answer(c.args);
+    const decoder_model model = *find_preset(c.preset);
+    step_options asked;  // the run the flags ask for
+    asked.mode = c.mode;
+    asked.batch = c.batch;
+    asked.sequence = c.sequence;
+    // Whether `o` replays on `allocator` without a refusal at `capacity`, as generated here.
+    auto replays = [&](const step_options& o, const std::string& allocator, std::size_t capacity) {
+      vram::trace::replay_options ro;
+      ro.capacity = capacity;
+      ro.time_operations = false;
+      ro.series_points = 2;
+      const step_trace t = generate_step(model, o);
+      for (const auto& config : allocators)
+        if (config.name == allocator) {
+          const replay_result r = config.run(t.t, ro);
+          return r.ooms == 0 && r.error.empty();
+        }
+      FAIL("no allocator " << allocator);
+      return false;
+    };
+    int checked = 0;
+    for (const auto& card : field(a, "cards").array) {
+      const auto usable = std::size_t(field(card, "usable").as_int());
+      CHECK(usable == std::size_t(field(card, "capacity").as_int() - field(field(a, "outside_allocator"), "bytes").as_int()));
+      for (const auto& alloc : field(card, "allocators").array) {
+        const std::string name = field(alloc, "allocator").string;
+        INFO(usable << " bytes for " << name);
+        for (auto [key, member] : {std::pair{"largest_batch", &step_options::batch},
+                                   std::pair{"largest_sequence", &step_options::sequence}}) {
+          const std::uint64_t largest = std::uint64_t(field(alloc, key).as_int());
+          INFO(key << " " << largest);
+          step_options at = asked, beyond = asked;
+          at.*member = largest;
+          beyond.*member = largest + 1;
+          if (largest != 0) CHECK(replays(at, name, usable));
+          if (key == std::string("largest_sequence") && model.positions != 0 && largest == model.positions) continue;
+          CHECK_FALSE(replays(beyond, name, usable));
+          ++checked;
+        }
+      }
+    }
+    CHECK(checked > 0);
   }
 }
 
