@@ -28,15 +28,18 @@ namespace detail::tracker {
 class tracker_ring {
  public:
   explicit tracker_ring(std::size_t capacity) : events_(capacity) {}
-  void push(const tracker_event& e) noexcept {
+  /// The slot of a new event, for the caller to fill in place (the oldest event's when full:
+  /// it counts as dropped); nullptr for a ring of capacity 0 (the event counts as dropped).
+  tracker_event* push() noexcept {
     if (events_.empty()) {
       ++dropped_;
-      return;
+      return nullptr;
     }
     if (size_ == events_.size()) ++dropped_;
     else ++size_;
-    events_[next_] = e;
+    tracker_event* slot = &events_[next_];
     next_ = next_ + 1 == events_.size() ? 0 : next_ + 1;
+    return slot;
   }
   /// Oldest first.
   template <class F>

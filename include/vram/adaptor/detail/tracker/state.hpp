@@ -99,10 +99,25 @@ struct tracker_state {
 
   void push(tracker_action a, std::uintptr_t p, std::size_t bytes, std::uint64_t stream, tenant t,
             std::string_view tag, std::int64_t now, std::uint64_t device_free = 0) noexcept {
-    tracker_event e{a, p, bytes, stream, now, thread_hash(), t, device_free, {}};
-    e.set_tag(tag);
-    ring.push(e);
-    if (log) log->write(e);
+    // Filled in place: a temporary would be zeroed (its tag array) and copied, per event.
+    auto fill = [&](tracker_event& e) {
+      e.action = a;
+      e.address = p;
+      e.bytes = bytes;
+      e.stream = stream;
+      e.time_us = now;
+      e.thread = thread_hash();
+      e.owner = t;
+      e.device_free = device_free;
+      e.set_tag(tag);
+      if (log) log->write(e);
+    };
+    if (tracker_event* e = ring.push()) [[likely]] {
+      fill(*e);
+    } else if (log) {  // a ring of capacity 0 still feeds the log
+      tracker_event e;
+      fill(e);
+    }
   }
   bool flush_log() {
     std::lock_guard lock(mutex);
