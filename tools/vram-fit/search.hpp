@@ -44,6 +44,7 @@ struct outcome {
   std::string allocator;
   std::uint64_t peak_reserved = 0;
   bool fits = false;
+  bool returned_to_device = false;  ///< it freed memory back to the device during the step
 };
 
 std::vector<outcome> replay_on(const step_trace& s, std::size_t capacity,
@@ -55,7 +56,7 @@ std::vector<outcome> replay_on(const step_trace& s, std::size_t capacity,
   o.series_points = 2;
   for (const auto& a : allocators) {
     replay_result r = a.run(s.t, o);
-    out.push_back({a.name, r.peak_reserved_bytes, r.ooms == 0 && r.error.empty()});
+    out.push_back({a.name, r.peak_reserved_bytes, r.ooms == 0 && r.error.empty(), r.upstream_deallocations != 0});
   }
   return out;
 }
@@ -93,19 +94,25 @@ std::vector<step_options> ranks_of(const step_options& o) {
 }
 
 /// What one rank of run `o` reserves on `allocator` when nothing refuses it, remembered per run
-/// and allocator (the remedies and their combinations ask for the same runs on every card).
+/// and allocator (the remedies and their combinations ask for the same runs on every card);
+/// `peak` its live bytes, `returned` whether the allocator freed memory back to the device.
 std::uint64_t rank_needs(const decoder_model& m, const step_options& o, const vram_replay::allocator_config& allocator,
-                         category_peak* peak = nullptr) {
-  static std::map<std::string, std::pair<std::uint64_t, category_peak>> known;
+                         category_peak* peak = nullptr, bool* returned = nullptr) {
+  struct need {
+    outcome unbounded;
+    category_peak peak;
+  };
+  static std::map<std::string, need> known;
   const std::string key = allocator.name + ' ' + key_of(m, o);
   auto it = known.find(key);
   if (it == known.end()) {
     step_trace t = generate_step(m, o);
     category_peak p = peak_by_category(t);
-    it = known.emplace(key, std::pair{replay_on(t, unbounded_for(p), {allocator})[0].peak_reserved, p}).first;
+    it = known.emplace(key, need{replay_on(t, unbounded_for(p), {allocator})[0], p}).first;
   }
-  if (peak != nullptr) *peak = it->second.second;
-  return it->second.first;
+  if (peak != nullptr) *peak = it->second.peak;
+  if (returned != nullptr) *returned = it->second.unbounded.returned_to_device;
+  return it->second.unbounded.peak_reserved;
 }
 
 /// The rank of run `o` (ranks_of) that needs the most on `allocator`: a pipeline's worst stage.
@@ -125,17 +132,21 @@ std::uint64_t needs_of(const decoder_model& m, const step_options& o, const vram
 
 /// Whether every rank of run `o` fits `capacity` on `allocator`: its step replayed at that
 /// capacity without a refusal, remembered per run, capacity and allocator. A rank whose live
-/// bytes alone exceed the capacity cannot fit, and is not replayed. Needing no more than the
-/// capacity unbounded is not enough: the simulated device's address space fragments too (an
-/// allocator that frees to it, as `upstream` does, can be refused with fewer bytes reserved
-/// than the card holds).
+/// bytes alone exceed the capacity cannot fit, and is not replayed. One that needs no more than
+/// the capacity unbounded fits without a capped replay only when its allocator returned nothing
+/// to the device: the simulated device then places every request after the last, and a capped
+/// replay is the unbounded one. Where the allocator frees to the device (`upstream`), its
+/// address space fragments, and a request can be refused with fewer bytes reserved than the
+/// card holds: the capped replay decides.
 bool fits_on(const decoder_model& m, const step_options& o, std::size_t capacity,
              const vram_replay::allocator_config& allocator) {
   static std::map<std::string, bool> known;
   for (const step_options& rank : ranks_of(o)) {
     category_peak p;
-    rank_needs(m, rank, allocator, &p);
+    bool returned = false;
+    const std::uint64_t needs = rank_needs(m, rank, allocator, &p, &returned);
     if (p.peak_live > capacity) return false;
+    if (needs <= capacity && !returned) continue;
     const std::string key = allocator.name + ' ' + std::to_string(capacity) + ' ' + key_of(m, rank);
     auto it = known.find(key);
     if (it == known.end())
