@@ -227,7 +227,7 @@ TEST_CASE("vram-fit: bad input is refused with exit 2, naming the field") {
 }
 
 TEST_CASE("vram-fit: the page's bars and the text agree, per card and allocator") {
-  // 24 GiB: each allocator fits, rmm-pool-model by 0.56 GiB while it needs 31.25 unbounded;
+  // 24 GiB: each allocator fits, rmm-pool-model by 0.06 GiB while it needs 31.25 unbounded;
   // 16 GiB: some do not. The text says fits / OOM and the headroom; the page draws each
   // allocator's bar from x=170 at a scale the card line gives.
   const std::string html = scratch("agree.html");

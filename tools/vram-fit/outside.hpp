@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -31,8 +30,9 @@ inline constexpr std::uint64_t context_mib = 426;
 /// device thread, with a handle of its own: two workspaces.
 inline constexpr std::uint64_t blas_workspace_mib = 32, blas_handles = 2;
 /// What one NCCL communicator holds on a rank: 688 MB for a group of more than two A100s over
-/// NVLink after an all-reduce (NVIDIA/nccl issue 964; a group of two, 544 MB). Its buffers
-/// grow with the channels (NCCL_BUFFSIZE, 4 MiB by default, per channel and peer).
+/// NVLink after an all-reduce (NVIDIA/nccl issue 964; a group of two, 544 MB), taken here as
+/// MiB, the larger reading. Its buffers grow with the channels (NCCL_BUFFSIZE, 4 MiB by
+/// default, per channel and peer).
 inline constexpr std::uint64_t nccl_communicator_mib = 688;
 
 // Derived: the defaults, whole and quarter GiB that cover the figures above.
@@ -43,6 +43,7 @@ inline constexpr std::uint64_t default_context_bytes = 512 * mib;
 inline constexpr std::uint64_t default_communicator_bytes = 768 * mib;
 static_assert(context_mib + blas_workspace_mib * blas_handles <= default_context_bytes / mib);
 static_assert(nccl_communicator_mib <= default_communicator_bytes / mib);
+
 /// Memory each card holds outside the allocator; the allocator is replayed on what is left.
 struct outside_allocator {
   std::uint64_t context = 0;        ///< the CUDA context and the BLAS workspaces
@@ -69,7 +70,7 @@ outside_allocator outside_of(const request& q, std::uint64_t gpus) {
 }
 
 /// For the smallest-number-of-GPUs search: the most it keeps at any number of GPUs tried, the
-/// data-parallel communicator counted at each.
+/// data-parallel communicator (and hybrid FSDP's across nodes) counted at each.
 outside_allocator outside_for_search(const request& q) {
   const sharding_flags& f = q.sharding;
   return outside_of(q, std::max<std::uint64_t>(f.gpus, 2 * f.tp * f.pp * (f.fsdp == "hybrid" ? f.node_gpus : 1)));
