@@ -1,0 +1,56 @@
+// The allocator stack the C ABI gives PyTorch and CuPy (libvram_c: tracker_adaptor over
+// quota_adaptor over the type-erased stream_pool, docs/integration.md), on its host backend:
+// vram_malloc + vram_free pairs through the shared library, beside the same pairs through a
+// stream_pool<host_source> called directly, in one binary (malloc's are in bench.pool_hot_path).
+//
+//   c_abi/SIZE        vram_malloc + vram_free (host backend, device 0, the null stream)
+//   pool/SIZE         stream_pool<host_source>::allocate + deallocate, synchronous
+#include <benchmark/benchmark.h>
+
+#include <cstddef>
+#include <cstdlib>  // setenv
+
+#include <vram/alloc/stream_pool.hpp>
+#include <vram/source/host_source.hpp>
+#include <vram/vram_c.h>
+
+namespace {
+
+void sizes(benchmark::internal::Benchmark* b) { b->Arg(256)->Arg(4096); }
+
+void c_abi(benchmark::State& state) {
+  // The backend is read when device 0's stack is made: before the first call.
+  static const bool ready = [] {
+    ::setenv("VRAM_BACKEND", "host", 1);
+    return vram_init(0) == 0;
+  }();
+  if (!ready) {
+    state.SkipWithError(vram_last_error());
+    return;
+  }
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  for (auto _ : state) {
+    void* p = vram_malloc(bytes, 0, nullptr);
+    benchmark::DoNotOptimize(p);
+    vram_free(p, bytes, 0, nullptr);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void pool(benchmark::State& state) {
+  static vram::stream_pool<vram::host_source> pool;
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  for (auto _ : state) {
+    void* p = pool.allocate_sync(bytes);
+    benchmark::DoNotOptimize(p);
+    pool.deallocate_sync(p, bytes);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+}  // namespace
+
+BENCHMARK(c_abi)->Apply(sizes);
+BENCHMARK(pool)->Apply(sizes);
+
+BENCHMARK_MAIN();
