@@ -14,6 +14,8 @@
 #include <vram/core/host_stream.hpp>
 #include <vram/source/simulated_device_source.hpp>
 #include <vram/trace/replay.hpp>
+#include <vram/trace/workloads.hpp>
+#include <vram-replay/lineup.hpp>
 #include <peers/torch_caching_model.hpp>
 
 #include "support/misuse_capture.hpp"
@@ -320,6 +322,20 @@ TEST_CASE("random operations on four streams: live ranges disjoint, invariants k
       pool.check_invariants();
       CHECK(pool.stats().live_bytes == 0);
     }
+  }
+}
+
+TEST_CASE("vram-replay's torch-caching-model replays the built-in workloads on their streams") {
+  const auto config = vram_replay::find_allocator(vram_replay::all_allocators(), "torch-caching-model");
+  vram::trace::replay_options o;
+  o.time_operations = false;
+  for (const auto& t : vram::trace::builtin_workloads()) {
+    INFO(t.name);
+    auto r = config.run(t, o);
+    CHECK(r.allocator == "torch-caching-model");
+    CHECK(r.ooms == 0);
+    CHECK(r.peak_live_bytes == t.peak_live_bytes());
+    CHECK(r.peak_reserved_bytes >= r.peak_live_bytes);
   }
 }
 

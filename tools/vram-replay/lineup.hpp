@@ -18,6 +18,7 @@
 #include <vram/source/simulated_device_source.hpp>
 #include <vram/trace/replay.hpp>
 #include <peers/rmm_pool_model.hpp>
+#include <peers/torch_caching_model.hpp>
 
 namespace vram_replay {
 
@@ -196,6 +197,21 @@ inline allocator_config rmm_pool_model_config() {
           }};
 }
 
+/// The peer PyTorch users run under: PyTorch's CUDA caching allocator (torch_caching_model.hpp,
+/// default options) on cudaMalloc-like segments. On request: replaying a PyTorch snapshot on
+/// it reproduces what PyTorch reserved, beside what vram's allocators would.
+inline allocator_config torch_caching_model_config() {
+  return {"torch-caching-model",
+          "PyTorch's CUDA caching allocator rebuilt (default options: 512 B rounding, small pool of 2 MiB segments, "
+          "20 MiB segments for 1-10 MiB, best fit per stream, splitting and merging within segments, cached segments "
+          "released on a refusal; no CUDA events)",
+          [](const trace& t, const replay_options& o) {
+            return detail::run_with("torch-caching-model", "c10::cuda::CUDACachingAllocator (PyTorch itself; modelled here)", t, o, [&] {
+              return std::make_unique<peers::torch_caching_model<simulated_device_source>>(detail::device(o.capacity, false));
+            });
+          }};
+}
+
 /// The default comparison, in report order.
 inline std::vector<allocator_config> default_allocators() {
   return {pool_contiguous_config(), pool_segments_config(), arena_config(), upstream_config(), rmm_pool_model_config()};
@@ -207,6 +223,7 @@ inline std::vector<allocator_config> all_allocators() {
   all.push_back(pool_no_bins_config());
   all.push_back(pool_planned_config());
   all.push_back(slab_config());
+  all.push_back(torch_caching_model_config());
   return all;
 }
 

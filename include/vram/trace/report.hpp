@@ -90,7 +90,9 @@ inline void print_table(std::ostream& out, const trace& t, const std::vector<rep
     out << "(replayed as " << t.step_starts.size()
         << " steps: the first is where a planning allocator learns; host times cover the later steps, and res/live 2+ "
            "is their peak reserved over their peak live)\n";
-  std::snprintf(line, sizeof line, "%-16s %12s %12s %9s %6s %10s %9s %9s %12s %14s\n", "allocator", "peak live",
+  int name_width = 16;  // the names' column: as wide as the longest name, 16 at least
+  for (const auto& r : results) name_width = std::max(name_width, static_cast<int>(r.allocator.size()));
+  std::snprintf(line, sizeof line, "%-*s %12s %12s %9s %6s %10s %9s %9s %12s %14s\n", name_width, "allocator", "peak live",
                 "peak reserved", "res/live", "OOMs", "upstream", "p50 ns", "p99 ns", "spilled", "recorded res.");
   out << line;
   for (const auto& r : results) {
@@ -103,7 +105,7 @@ inline void print_table(std::ostream& out, const trace& t, const std::vector<rep
       std::snprintf(p50, sizeof p50, "%.0f", r.ns_per_op_p50);
       std::snprintf(p99, sizeof p99, "%.0f", r.ns_per_op_p99);
     }
-    std::snprintf(line, sizeof line, "%-16s %12s %12s %9.3f %6zu %10zu %9s %9s %12s %14s\n", r.allocator.c_str(),
+    std::snprintf(line, sizeof line, "%-*s %12s %12s %9.3f %6zu %10zu %9s %9s %12s %14s\n", name_width, r.allocator.c_str(),
                   format_bytes(double(r.peak_live_bytes)).c_str(), format_bytes(double(r.peak_reserved_bytes)).c_str(),
                   r.reserved_per_live(), r.ooms, r.upstream_allocations, p50, p99,
                   r.peak_spilled_bytes ? format_bytes(double(r.peak_spilled_bytes)).c_str() : "-",
