@@ -3,8 +3,8 @@
 // has): the records of the allocations made through it, the credit it holds, and its
 // counters. Every field changes under the shard's lock, normally taken by the one thread the
 // shard belongs to, so taking it is an uncontended exchange; other threads take it to free a
-// block the shard recorded, to take its credit back, or to read it whole. The one exception
-// is the newest record (below), which lets an allocation take the lock once.
+// block the shard recorded, to take its credit back, or to read it whole. The exceptions, the
+// newest record and the bytes in flight (below), let an allocation and a free take it once.
 
 #include <array>
 #include <atomic>
@@ -55,7 +55,7 @@ struct alignas(64) quota_shard {
   }
 
   /// The owner's newest allocation, without the lock (a shard of one thread only): it stays
-  /// out of `records` until that thread's next request settles it, under the lock. Another
+  /// out of the table until that thread's next request settles it, under the lock. Another
   /// thread reads it under the lock. That is safe: a block it frees was handed to it after
   /// these stores, and the owner writes them again only after settling this record, which
   /// takes the lock. So a thread that frees what it just allocated touches no table at all.
