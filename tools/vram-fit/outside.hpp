@@ -19,10 +19,11 @@ namespace {
 
 // Tunable: each figure as its source gives it, in MiB.
 /// An idle PyTorch CUDA context under lazy module loading, the default since CUDA 12.2 on Linux:
-/// 426 MiB by nvidia-smi (PyTorch 2.10, CUDA 13.0, RTX 6000 Ada; unsloth-zoo pull request
-/// 1053), the largest of the published figures (about 300 and 400 MB in PyTorch issues 107667
-/// and 109888; 287,047,680 bytes with a small tensor in PyTorch pull request 86509, against
-/// 666,632,192 loading every module eagerly).
+/// 426 MiB by nvidia-smi (PyTorch 2.10, CUDA 13.0, RTX 6000 Ada;
+/// github.com/unslothai/unsloth-zoo/pull/1053), the largest of the published figures (about
+/// 300 and 400 MB in github.com/pytorch/pytorch/issues/107667 and /109888; 287,047,680 bytes
+/// with a small tensor in github.com/pytorch/pytorch/pull/86509, against 666,632,192 loading
+/// every module eagerly).
 inline constexpr std::uint64_t context_mib = 426;
 /// cuBLAS's workspace, one per handle and stream (aten/src/ATen/cuda/CublasHandlePool.cpp):
 /// 32 MiB on compute capability 9.x, 10.x and 12.x (Hopper, Blackwell), ":4096:2:16:8" (8 MiB
@@ -30,9 +31,9 @@ inline constexpr std::uint64_t context_mib = 426;
 /// device thread, with a handle of its own: two workspaces.
 inline constexpr std::uint64_t blas_workspace_mib = 32, blas_handles = 2;
 /// What one NCCL communicator holds on a rank: 688 MB for a group of more than two A100s over
-/// NVLink after an all-reduce (NVIDIA/nccl issue 964; a group of two, 544 MB), taken here as
-/// MiB, the larger reading. Its buffers grow with the channels (NCCL_BUFFSIZE, 4 MiB by
-/// default, per channel and peer).
+/// NVLink after an all-reduce (github.com/NVIDIA/nccl/issues/964; a group of two, 544 MB),
+/// taken here as MiB, the larger reading. Its buffers grow with the channels (NCCL_BUFFSIZE,
+/// 4 MiB by default, per channel and peer).
 inline constexpr std::uint64_t nccl_communicator_mib = 688;
 
 // Derived: the defaults, whole and quarter GiB that cover the figures above.
