@@ -119,7 +119,16 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     if (plan_) retired_.push_back(std::move(plan_));
     for (auto& p : retired_) {
       if (!p->live.empty()) report_misuse({misuse::live_at_destruction, name(), nullptr, p->live_bytes, 0});
-      give_range_back(*p, stream_ref{});
+      if (!p->held) continue;
+      // Its streams may be destroyed by now (CUDA streams are not named: wait_before_release).
+      detail::stream_pool::wait_before_release(
+          online_.upstream(),
+          [&](auto&& visit) {
+            for (const auto& freed : p->streams) visit(freed.stream);
+          },
+          [&] { report_misuse({misuse::upstream_failure, name(), reinterpret_cast<void*>(p->base), 0, 0}); });
+      online_.deallocate(stream_ref{}, reinterpret_cast<void*>(p->base), static_cast<std::size_t>(p->range), quantum);
+      p->held = false;
     }
   }
 

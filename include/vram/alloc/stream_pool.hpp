@@ -129,20 +129,21 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   stream_pool& operator=(const stream_pool&) = delete;
 
   /// Gives every chunk back. Waits (blocking) for the work pending on streams that freed
-  /// blocks, so nothing is returned while in use. Live allocations are reported as misuse.
+  /// blocks, so nothing is returned while in use: host streams each, CUDA streams through one
+  /// device synchronization (they may be destroyed by now). Live allocations are reported as misuse.
   ~stream_pool() {
     std::lock_guard lock(heap_mutex_);
     detail::stream_pool::flush_lanes(heap_, lanes_);
     if (std::size_t live = stats_locked().live_bytes; live != 0)
       report_misuse({misuse::live_at_destruction, name(), nullptr, live, 0});
-    heap_.for_each_stream([&](std::uintptr_t key, stream_info& info) {
-      if (key == 0 || info.index.empty()) return;
-      try {
-        info.stream.record().make_wait(stream_ref{});
-      } catch (...) {
-        report_misuse({misuse::upstream_failure, name(), nullptr, 0, 0});
-      }
-    });
+    detail::stream_pool::wait_before_release(
+        upstream_,
+        [&](auto&& visit) {
+          heap_.for_each_stream([&](std::uintptr_t key, stream_info& info) {
+            if (key != 0 && !info.index.empty()) visit(info.stream);
+          });
+        },
+        [&] { report_misuse({misuse::upstream_failure, name(), nullptr, 0, 0}); });
     heap_.clear([&](std::uintptr_t addr, std::size_t bytes) { give_back(addr, bytes); });
   }
 

@@ -7,7 +7,8 @@
 // stream's shared state, so recording and querying never touch the host_stream object; a
 // destroyed host stream has drained its queue, so its markers are complete. CUDA streams are
 // recorded with vram::event (cudaEventRecord) and must outlive the pool's use of them
-// (see stream_pool's stream contract).
+// (see stream_pool's stream contract); a pool being destroyed never names them
+// (wait_before_release).
 
 #include <cstdint>
 #include <memory>
@@ -16,6 +17,7 @@
 #include <vram/core/event.hpp>
 #include <vram/core/host_stream.hpp>
 #include <vram/core/stream_ref.hpp>
+#include <vram/detail/cuda_device_guard.hpp>
 
 namespace vram::detail::stream_pool {
 
@@ -67,6 +69,7 @@ class freeing_stream {
       is_cuda_ = true;
     }
   }
+  [[nodiscard]] bool is_cuda() const noexcept { return is_cuda_; }
   /// True when refresh(s) would change something (cheap check for the hot path).
   [[nodiscard]] bool stale(stream_ref s) const noexcept { return s.is_host() && host_ != s.host().state(); }
 
@@ -96,5 +99,43 @@ class freeing_stream {
   CUstream_st* cuda_ = nullptr;
   bool is_cuda_ = false;
 };
+
+/// Blocks until the work of every stream that `for_each_stream(visit)` visits is done, before a
+/// pool being destroyed gives its memory back. Host streams: each one's marker is waited for.
+/// CUDA streams are not named at all: a user may destroy a stream once it is synchronized, before
+/// the pool (a destroyed handle is undefined behaviour to the driver, and crashes it), so the
+/// pool's device is synchronized instead, once: the upstream's device() where it has one, else
+/// the current device. A failure is passed to `on_failure` and the other streams are still waited for.
+template <class Upstream, class ForEachStream, class OnFailure>
+void wait_before_release(const Upstream& upstream, ForEachStream&& for_each_stream, OnFailure&& on_failure) noexcept {
+  bool any_cuda = false;
+  for_each_stream([&](const freeing_stream& s) {
+    if (s.is_cuda()) {
+      any_cuda = true;
+      return;
+    }
+    try {
+      s.record().make_wait(stream_ref{});
+    } catch (...) {
+      on_failure();
+    }
+  });
+#if VRAM_HAS_CUDA
+  if (!any_cuda) return;
+  try {
+    if constexpr (requires { upstream.device(); }) {
+      detail::cuda_device_guard on(upstream.device());
+      detail::check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    } else {
+      detail::check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    }
+  } catch (...) {
+    on_failure();
+  }
+#else
+  (void)upstream;
+  (void)any_cuda;
+#endif
+}
 
 }  // namespace vram::detail::stream_pool
