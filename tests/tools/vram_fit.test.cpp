@@ -144,7 +144,7 @@ TEST_CASE("vram-fit: the largest batch and sequence replay without a refusal at 
     run_mode mode;
     std::uint64_t batch, sequence;
   };
-  const auto allocators = vram_replay::default_allocators();
+  const auto allocators = vram_replay::all_allocators();  // vram-fit's lineup is among them
   for (const fit_case& c : {fit_case{"--preset gpt2-medium --batch 8 --gpu 24,80", "gpt2-medium", run_mode::training, 8, 1024},
                             fit_case{"--preset llama-2-7b --mode lora --gpu 24,48,80", "llama-2-7b", run_mode::lora, 1, 1024},
                             fit_case{"--preset llama-2-7b --mode lora --gpu 24 --context-gib 3", "llama-2-7b",

@@ -168,12 +168,12 @@ int answer(const request& q) {
                          fits});
     }
     char line[256];
-    std::snprintf(line, sizeof line, "  %-16s %10s %14s", "allocator", "fits", "headroom GiB");
+    std::snprintf(line, sizeof line, "  %-19s %7s %14s", "allocator", "fits", "headroom GiB");
     out << line << (q.search ? "   largest batch, sequence" : "") << "\n";
     for (std::size_t a = 0; a < results.size(); ++a) {
       const outcome& r = results[a];
       const double headroom = double(capacity) - double(r.peak_reserved);
-      std::snprintf(line, sizeof line, "  %-16s %10s %14s", r.allocator.c_str(), r.fits ? "yes" : "OOM",
+      std::snprintf(line, sizeof line, "  %-19s %7s %14s", r.allocator.c_str(), r.fits ? "yes" : "OOM",
                     r.fits ? gib(headroom).c_str() : "-");
       out << line;
       json << (a ? ", " : "") << "{\"allocator\": \"" << r.allocator << "\", \"fits\": " << (r.fits ? "true" : "false");

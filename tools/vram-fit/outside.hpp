@@ -106,7 +106,7 @@ std::string outside_line(const outside_allocator& o) {
 /// What an answer does not model, for the margin's line and the JSON's `margin.not_modelled`.
 const std::vector<std::string>& not_modelled() {
   static const std::vector<std::string> v = {
-      "PyTorch's caching allocator (vram's allocators and RMM's pool model are replayed)",
+      "PyTorch's caching allocator's options (it is replayed with its defaults)",
       "cuDNN and fused kernels' workspaces", "CUDA graphs' private pools", "memory of other processes on the card"};
   return v;
 }

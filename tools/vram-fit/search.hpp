@@ -31,11 +31,13 @@ std::string gib(double bytes) {
 }
 
 /// The allocators a whole model step is replayed on: vram-replay's default lineup but the
-/// activation arena (a bump allocator for activations alone, not for weights and state).
+/// activation arena (a bump allocator for activations alone, not for weights and state), and
+/// PyTorch's caching allocator (modelled), which a PyTorch run reserves through unless told otherwise.
 std::vector<vram_replay::allocator_config> fit_allocators() {
   std::vector<vram_replay::allocator_config> out;
   for (auto& a : vram_replay::default_allocators())
     if (a.name != "arena") out.push_back(std::move(a));
+  out.push_back(vram_replay::torch_caching_model_config());
   return out;
 }
 
