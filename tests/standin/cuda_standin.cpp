@@ -262,14 +262,25 @@ CUstream_st* per_thread_stream() {
   return mine;
 }
 
-/// The stream a handle names, or nullptr when the handle is not a live stream (CUDA Runtime
-/// API, stream management: a destroyed stream is an invalid resource handle).
+/// A call that names a destroyed stream or event: CUDA leaves it undefined, and a GPU's driver
+/// crashes on it (SIGSEGV in cudaEventRecord on a destroyed stream), so the stand-in stops the
+/// program here, loudly, rather than return an error a caller may swallow.
+[[noreturn]] void destroyed_handle(const char* what, const void* h) {
+  std::fprintf(stderr, "cuda stand-in: a call named a destroyed %s (%p): undefined in CUDA, a crash on a GPU\n", what, h);
+  std::abort();
+}
+
+/// The stream a handle names, or nullptr when the handle is not a stream (an invalid resource
+/// handle); a destroyed stream stops the program (destroyed_handle).
 CUstream_st* resolve(cudaStream_t h) {
   if (h == nullptr || h == cudaStreamLegacy) return S().legacy;
   if (h == cudaStreamPerThread) return per_thread_stream();
   auto& s = S();
   std::lock_guard lock(s.mutex);
-  return s.streams.count(h) != 0 ? h : nullptr;
+  if (s.streams.count(h) != 0) return h;
+  if (std::find(s.destroyed_streams.begin(), s.destroyed_streams.end(), h) != s.destroyed_streams.end())
+    destroyed_handle("stream", h);
+  return nullptr;
 }
 
 /// Enqueues `task` on `st` in CUDA's default-stream order (programming guide, "Default
@@ -926,7 +937,10 @@ namespace {
 bool live_event(cudaEvent_t e) {
   auto& s = S();
   std::lock_guard lock(s.mutex);
-  return s.events.count(e) != 0;
+  if (s.events.count(e) != 0) return true;
+  if (std::find(s.destroyed_events.begin(), s.destroyed_events.end(), e) != s.destroyed_events.end())
+    destroyed_handle("event", e);
+  return false;
 }
 /// Where the event was last recorded: its stream (nullptr: never) and ticket.
 std::pair<CUstream_st*, std::uint64_t> position(cudaEvent_t e) {
