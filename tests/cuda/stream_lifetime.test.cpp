@@ -1,7 +1,7 @@
 // A CUDA stream's lifetime against the pools': a stream that freed blocks into a pool may be
 // synchronized and destroyed before the pool, and the pool's destructor must not name it (the
-// driver's behaviour on a destroyed handle is undefined: a crash on a GPU, an invalid handle
-// on the stand-in). Runs on a GPU and on the stand-in.
+// driver's behaviour on a destroyed handle is undefined: a crash on a GPU, and the stand-in
+// stops the program). Runs on a GPU and on the stand-in.
 #include <catch2/catch.hpp>
 
 #include <cstddef>
