@@ -56,7 +56,7 @@ namespace vram {
 /// line of explain()), and rethrown: the same object, so its type and numbers are kept.
 /// Capabilities: owns() from its records; release, try_allocate and the upstream's
 /// check_invariants pass through (adaptor_base); stats() adds the upstream's.
-/// Complexity: O(1) expected per operation (hash map); snapshot() O(n log n).
+/// Complexity: O(1) expected per operation (an open-addressing table); snapshot() O(n log n).
 template <class Upstream>
 class tracker_adaptor : public detail::adaptor::adaptor_base<tracker_adaptor<Upstream>, Upstream> {
   using base = detail::adaptor::adaptor_base<tracker_adaptor<Upstream>, Upstream>;
@@ -191,7 +191,7 @@ class tracker_adaptor : public detail::adaptor::adaptor_base<tracker_adaptor<Ups
 #if VRAM_DEBUG
     std::lock_guard lock(state_->mutex);
     std::size_t sum = 0;
-    for (auto& [p, a] : state_->live) sum += a.bytes;
+    state_->live.for_each([&](const tracked_allocation& a) { sum += a.bytes; });
     if (sum != state_->live_bytes) throw std::logic_error("tracker_adaptor: live bytes != sum of records");
     if (state_->live.size() != state_->allocations - state_->deallocations)
       throw std::logic_error("tracker_adaptor: live records != allocations - deallocations");

@@ -14,7 +14,6 @@
 #include <ostream>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -24,9 +23,11 @@
 #include <vram/core/tag_scope.hpp>
 #include <vram/core/tenant.hpp>
 #include <vram/core/throw.hpp>
+#include <vram/adaptor/detail/tracker/clock.hpp>
 #include <vram/adaptor/detail/tracker/event_log.hpp>
 #include <vram/adaptor/detail/tracker/export.hpp>
 #include <vram/adaptor/detail/tracker/holders.hpp>
+#include <vram/adaptor/detail/tracker/live_table.hpp>
 #include <vram/adaptor/detail/tracker/pending.hpp>
 #include <vram/adaptor/detail/tracker/records.hpp>
 #include <vram/adaptor/detail/tracker/steps.hpp>
@@ -72,7 +73,8 @@ struct tracker_state {
   // Invariants: live_bytes == sum of live[p].bytes;
   //             live.size() == allocations - deallocations;
   //             the ranges [a, a + bytes) of live and pending records are pairwise disjoint.
-  std::unordered_map<const void*, tracked_allocation> live;
+  live_table live;
+  tracker_clock clock;  // every time recorded, read under the mutex
   std::map<std::uintptr_t, pending_free> pending;  // by address
   tracker_pending_markers markers;                 // the pending frees on CUDA streams
   std::uint64_t last_free_id = 0;
@@ -139,37 +141,47 @@ struct tracker_state {
   /// `own_segment`: the allocation is reported as a segment of its own (adaptor mode).
   /// Throws bad_alloc (no host memory for the record), having recorded nothing of `p`.
   void record_allocate(const void* p, std::size_t bytes, stream_ref s, tenant t, bool own_segment = true) {
-    tracked_allocation a{p, bytes, t, current_tag(), s.key(), tracker_now_us(), {}};
+    std::vector<void*> frames;
 #if VRAM_TRACKER_HAS_BACKTRACE
     if (options.capture_stacks) {
-      a.frames.resize(options.max_frames);
-      int n = backtrace(a.frames.data(), static_cast<int>(a.frames.size()));
-      a.frames.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+      frames.resize(options.max_frames);
+      int n = backtrace(frames.data(), static_cast<int>(frames.size()));
+      frames.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
     }
 #endif
+    const char* tag = current_tag();
     std::lock_guard lock(mutex);
     poll_locked();
-    if (auto old = live.find(p); old != live.end()) {
+    const std::int64_t now = clock.now_us();
+    if (tracked_allocation* old = live.find(p)) {
       if (own_segment) return;  // an upstream handing out a live pointer twice: keep the first record
       // The allocator handed p out again before the old use's free reached us.
-      superseded.emplace_back(p, old->second.bytes);
-      push(tracker_action::free_requested, address_of(p), old->second.bytes, old->second.stream, old->second.owner,
-           old->second.tag, a.time_us);
-      push(tracker_action::free_completed, address_of(p), old->second.bytes, old->second.stream, old->second.owner,
-           old->second.tag, a.time_us);
-      live_bytes -= old->second.bytes;
+      superseded.emplace_back(p, old->bytes);
+      push(tracker_action::free_requested, address_of(p), old->bytes, old->stream, old->owner, old->tag, now);
+      push(tracker_action::free_completed, address_of(p), old->bytes, old->stream, old->owner, old->tag, now);
+      live_bytes -= old->bytes;
       ++deallocations;
-      live.erase(old);
+      live.erase(p);
     }
-    complete_overlapping_locked(address_of(p), bytes, a.time_us);
-    auto [it, inserted] = live.emplace(p, std::move(a));
-    const auto& r = it->second;
+    complete_overlapping_locked(address_of(p), bytes, now);
+    tracked_allocation& r = live.insert(p);
+    try {
+      r.tag.assign(tag);  // a reused record's string keeps its buffer: no allocation for short tags
+    } catch (...) {
+      live.erase(p);
+      throw;
+    }
+    r.bytes = bytes;
+    r.owner = t;
+    r.stream = s.key();
+    r.time_us = now;
+    r.frames = std::move(frames);
     live_bytes += bytes;
     peak_live_bytes = std::max(peak_live_bytes, live_bytes);
     ++allocations;
     steps.on_allocate(live_bytes);
-    if (own_segment) push(tracker_action::segment_alloc, address_of(p), bytes, r.stream, t, r.tag, r.time_us);
-    push(tracker_action::alloc, address_of(p), bytes, r.stream, t, r.tag, r.time_us);
+    if (own_segment) push(tracker_action::segment_alloc, address_of(p), bytes, r.stream, t, r.tag, now);
+    push(tracker_action::alloc, address_of(p), bytes, r.stream, t, r.tag, now);
   }
 
   /// Records free_requested and moves the record to `pending`. `report`: report misuse
@@ -185,30 +197,30 @@ struct tracker_state {
         return {};
       }
     }
-    auto it = live.find(p);
-    if (it == live.end()) {
+    tracked_allocation* it = live.find(p);
+    if (it == nullptr) {
       if (report) report_misuse({misuse::foreign_pointer, resource, p, bytes, 0});
       return {};
     }
-    if (it->second.bytes != bytes) {
-      if (report) report_misuse({misuse::wrong_size, resource, p, bytes, it->second.bytes});
+    if (it->bytes != bytes) {
+      if (report) report_misuse({misuse::wrong_size, resource, p, bytes, it->bytes});
       return {};
     }
-    auto now = tracker_now_us();
-    const tracked_allocation& a = it->second;
+    const std::int64_t now = clock.now_us();
+    const tracked_allocation& a = *it;
     push(tracker_action::free_requested, address_of(p), bytes, s.key(), a.owner, a.tag, now);
     live_bytes -= bytes;
     ++deallocations;
     free_ticket ticket{true, 0};
     if (!s.is_synchronous()) {
       try {
-        pending.emplace(address_of(p), pending_free{std::move(it->second), last_free_id + 1, s.key(), own_segment});
+        pending.emplace(address_of(p), pending_free{std::move(*it), last_free_id + 1, s.key(), own_segment});
         ticket.id = ++last_free_id;
       } catch (...) {  // no host memory to keep it pending: complete it now (below)
       }
     }
     if (ticket.id == 0) finish(address_of(p), a, s.key(), own_segment, now);
-    live.erase(it);
+    live.erase(p);
     return ticket;
   }
 
@@ -244,13 +256,13 @@ struct tracker_state {
   /// Records free_completed of the free `id` at `a`, unless an allocation completed it first.
   void complete(std::uintptr_t a, std::uint64_t id) noexcept {
     std::lock_guard lock(mutex);
-    complete_locked(a, id, tracker_now_us());
+    complete_locked(a, id, clock.now_us());
   }
 
   /// Looks at the markers of pending frees on CUDA streams (never waits). Pre: mutex held.
   void poll_locked() noexcept {
     if (markers.size() == 0) return;
-    auto now = tracker_now_us();
+    auto now = clock.now_us();
     markers.poll([&](std::uintptr_t a, std::uint64_t id) { complete_locked(a, id, now); });
   }
 
@@ -285,7 +297,7 @@ struct tracker_state {
     std::lock_guard lock(mutex);
     poll_locked();
     auto a = address_of(p);
-    auto now = tracker_now_us();
+    auto now = clock.now_us();
     if (!grow) complete_overlapping_locked(a, bytes, now);  // memory going back upstream is free
     try {
       if (grow) segments[a] = bytes;
@@ -301,7 +313,7 @@ struct tracker_state {
       std::lock_guard lock(mutex);
       poll_locked();
       ++ooms;
-      push(tracker_action::oom, 0, bytes, s.key(), t, current_tag(), tracker_now_us(), device_free);
+      push(tracker_action::oom, 0, bytes, s.key(), t, current_tag(), clock.now_us(), device_free);
     }
     if (!options.oom_dump_path.empty()) {
       try {
@@ -327,7 +339,7 @@ struct tracker_state {
     std::vector<tracked_allocation> v = live_copy();
     tracker_snapshot now = summarize(v, *options.registry, 0);
     std::lock_guard lock(mutex);
-    return steps.mark(now, v, reserved, tracker_now_us(), [&](tenant t) { return tenant_path(*options.registry, t); });
+    return steps.mark(now, v, reserved, clock.now_us(), [&](tenant t) { return tenant_path(*options.registry, t); });
   }
   std::vector<step_summary> steps_copy() const {
     std::lock_guard lock(mutex);
@@ -344,7 +356,7 @@ struct tracker_state {
       std::lock_guard lock(mutex);
       poll_locked();
       v.reserve(live.size());
-      for (auto& [p, a] : live) v.push_back(a);
+      live.for_each([&](const tracked_allocation& a) { v.push_back(a); });
     }
     std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.address < b.address; });
     return v;
@@ -371,7 +383,7 @@ struct tracker_state {
       std::lock_guard lock(mutex);
       poll_locked();
       d.live.reserve(live.size());
-      for (auto& [p, a] : live) d.live.push_back(a);
+      live.for_each([&](const tracked_allocation& a) { d.live.push_back(a); });
       d.pending.reserve(pending.size());
       for (auto& [p, f] : pending) d.pending.push_back(f.block);  // address order already
       d.events.reserve(ring.size());
