@@ -38,6 +38,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <vram/adaptor/ledger_quota_adaptor.hpp>
@@ -114,7 +115,7 @@ void pair_loop(benchmark::State& state, R& r) {
   for (int i = 0; i < 8; ++i) held.push_back(r.allocate_sync(slot_bytes));
   for (auto _ : state) {
     void* p = r.allocate_sync(slot_bytes);
-    benchmark::DoNotOptimize(p);
+    benchmark::DoNotOptimize(std::as_const(p));
     r.deallocate_sync(p, slot_bytes);
   }
   for (void* p : held) r.deallocate_sync(p, slot_bytes);
@@ -206,7 +207,7 @@ void pool_statistics_own_stream(benchmark::State& state) {
   vram::tenant_scope scope(vram::tenant::none());
   for (auto _ : state) {
     void* p = r.allocate(s, slot_bytes);
-    benchmark::DoNotOptimize(p);
+    benchmark::DoNotOptimize(std::as_const(p));
     r.deallocate(s, p, slot_bytes);
   }
   s.synchronize();

@@ -8,6 +8,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
+#include <utility>
 #include <cstdlib>  // setenv
 
 #include <vram/alloc/stream_pool.hpp>
@@ -31,7 +32,7 @@ void c_abi(benchmark::State& state) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   for (auto _ : state) {
     void* p = vram_malloc(bytes, 0, nullptr);
-    benchmark::DoNotOptimize(p);
+    benchmark::DoNotOptimize(std::as_const(p));
     vram_free(p, bytes, 0, nullptr);
   }
   state.SetItemsProcessed(state.iterations());
@@ -42,7 +43,7 @@ void pool(benchmark::State& state) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   for (auto _ : state) {
     void* p = pool.allocate_sync(bytes);
-    benchmark::DoNotOptimize(p);
+    benchmark::DoNotOptimize(std::as_const(p));
     pool.deallocate_sync(p, bytes);
   }
   state.SetItemsProcessed(state.iterations());

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <cub/util_allocator.cuh>
@@ -110,7 +111,7 @@ void pair(benchmark::State& state, int which) {
     for (auto _ : state) {
       void* p = a->allocate(bytes);
       if (p == nullptr) fail(state, "allocation failed");
-      benchmark::DoNotOptimize(p);
+      benchmark::DoNotOptimize(std::as_const(p));
       a->deallocate(p, bytes);
     }
     if (cudaStreamSynchronize(bench_stream()) != cudaSuccess) fail(state, "cudaStreamSynchronize failed");

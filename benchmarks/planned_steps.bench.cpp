@@ -13,6 +13,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <vram-replay/lineup.hpp>
@@ -150,7 +151,7 @@ void planning(benchmark::State& state, bool all_live) {
   vram::detail::planned_pool::placement where;
   for (auto _ : state) {
     where = vram::detail::planned_pool::place(blocks, std::chrono::nanoseconds(0));
-    benchmark::DoNotOptimize(where.range);
+    benchmark::DoNotOptimize(std::as_const(where.range));
   }
   state.counters["range_per_bound"] = double(where.range) / double(where.lower_bound);
   state.counters["orders"] = static_cast<double>(where.orders_tried);

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <memory>
 #include <memory_resource>
+#include <utility>
 
 #include <vram/alloc/stream_pool.hpp>
 #include <vram/source/host_source.hpp>
@@ -39,7 +40,7 @@ void stream_pool_own_stream(benchmark::State& state) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   for (auto _ : state) {
     void* p = pool.allocate(s, bytes);
-    benchmark::DoNotOptimize(p);
+    benchmark::DoNotOptimize(std::as_const(p));
     pool.deallocate(s, p, bytes);
   }
   state.SetItemsProcessed(state.iterations());
@@ -51,7 +52,7 @@ void stream_pool_one_stream(benchmark::State& state) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   for (auto _ : state) {
     void* p = pool.allocate(s, bytes);
-    benchmark::DoNotOptimize(p);
+    benchmark::DoNotOptimize(std::as_const(p));
     pool.deallocate(s, p, bytes);
   }
   state.SetItemsProcessed(state.iterations());
@@ -61,7 +62,7 @@ void malloc_free(benchmark::State& state) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   for (auto _ : state) {
     void* p = std::malloc(bytes);
-    benchmark::DoNotOptimize(p);
+    benchmark::DoNotOptimize(std::as_const(p));
     std::free(p);
   }
   state.SetItemsProcessed(state.iterations());
@@ -72,7 +73,7 @@ void pmr_synchronized_pool(benchmark::State& state) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   for (auto _ : state) {
     void* p = pool.allocate(bytes, 256);
-    benchmark::DoNotOptimize(p);
+    benchmark::DoNotOptimize(std::as_const(p));
     pool.deallocate(p, bytes, 256);
   }
   state.SetItemsProcessed(state.iterations());
@@ -83,7 +84,7 @@ void pmr_unsynchronized_pool(benchmark::State& state) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   for (auto _ : state) {
     void* p = pool.allocate(bytes, 256);
-    benchmark::DoNotOptimize(p);
+    benchmark::DoNotOptimize(std::as_const(p));
     pool.deallocate(p, bytes, 256);
   }
   state.SetItemsProcessed(state.iterations());
@@ -96,7 +97,7 @@ void machine_parallelism(benchmark::State& state) {
   std::uint64_t x = static_cast<std::uint64_t>(state.thread_index()) + 1;
   for (auto _ : state) {
     for (int i = 0; i < 16; ++i) x = x * 6364136223846793005ull + 1442695040888963407ull;
-    benchmark::DoNotOptimize(x);
+    benchmark::DoNotOptimize(std::as_const(x));
   }
   state.SetItemsProcessed(state.iterations());
 }

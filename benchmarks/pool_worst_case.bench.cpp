@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <vram/alloc/stream_pool.hpp>
@@ -45,7 +46,7 @@ void equal_sizes(benchmark::State& state) {
   for (auto _ : state) {
     pool.deallocate_sync(p, bytes);
     p = pool.allocate_sync(bytes);
-    benchmark::DoNotOptimize(p);
+    benchmark::DoNotOptimize(std::as_const(p));
   }
   pool.deallocate_sync(p, bytes);
   pool.deallocate_sync(guard, mib);
@@ -73,7 +74,7 @@ void steal(benchmark::State& state) {
     // The taking stream holds nothing and key 0 has no 64 MiB block: the pool steals, records
     // a marker on the holder and makes the taker wait on it; the block goes back to its holder.
     void* p = pool.allocate(streams[s], 64 * mib);
-    benchmark::DoNotOptimize(p);
+    benchmark::DoNotOptimize(std::as_const(p));
     pool.deallocate(streams[holder.at(p)], p, 64 * mib);
   }
   for (auto& st : streams) st.synchronize();

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <utility>
 
 #include <vram-replay/lineup.hpp>
 #include <vram/trace/read_trace.hpp>
@@ -43,7 +44,7 @@ void replay(benchmark::State& state, const std::string& name, const vram_replay:
   vram::trace::replay_result r;
   for (auto _ : state) {
     r = config.run(*t, o);
-    benchmark::DoNotOptimize(r.peak_reserved_bytes);
+    benchmark::DoNotOptimize(std::as_const(r.peak_reserved_bytes));
   }
   // Items are trace operations (allocs + frees): items_per_second inverts to ns per op,
   // including setup of the device and pool per iteration.

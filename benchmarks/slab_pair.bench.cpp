@@ -4,6 +4,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include <vram/alloc/budget_slab.hpp>
@@ -30,7 +31,7 @@ void slab_pair(benchmark::State& state) {
   void* keep = slab.allocate_sync(bytes);  // the slab/run stays warm, as in a running server
   for (auto _ : state) {
     void* p = slab.allocate_sync(bytes);
-    benchmark::DoNotOptimize(p);
+    benchmark::DoNotOptimize(std::as_const(p));
     slab.deallocate_sync(p, bytes);
   }
   slab.deallocate_sync(keep, bytes);
@@ -43,7 +44,7 @@ void slab_spill_pair(benchmark::State& state) {
   void* fill = slab.allocate_sync(std::size_t{64} << 10);  // the whole budget
   for (auto _ : state) {
     void* p = slab.allocate_sync(bytes);
-    benchmark::DoNotOptimize(p);
+    benchmark::DoNotOptimize(std::as_const(p));
     slab.deallocate_sync(p, bytes);
   }
   if (slab.stats().spills != state.iterations()) state.SkipWithError("did not spill");
@@ -57,7 +58,7 @@ void pool_pair(benchmark::State& state) {
   void* keep = pool.allocate_sync(bytes);
   for (auto _ : state) {
     void* p = pool.allocate_sync(bytes);
-    benchmark::DoNotOptimize(p);
+    benchmark::DoNotOptimize(std::as_const(p));
     pool.deallocate_sync(p, bytes);
   }
   pool.deallocate_sync(keep, bytes);
@@ -68,7 +69,7 @@ void malloc_pair(benchmark::State& state) {
   auto bytes = static_cast<std::size_t>(state.range(0));
   for (auto _ : state) {
     void* p = std::malloc(bytes);
-    benchmark::DoNotOptimize(p);
+    benchmark::DoNotOptimize(std::as_const(p));
     std::free(p);
   }
   report(state);

@@ -2,6 +2,8 @@
 // a host stream, and a round trip through a host stream's queue.
 #include <benchmark/benchmark.h>
 
+#include <utility>
+
 #include <vram/core/event.hpp>
 #include <vram/core/host_stream.hpp>
 
@@ -22,7 +24,7 @@ static void host_stream_enqueue_synchronize(benchmark::State& state) {
     stream.enqueue([&x] { ++x; });
     stream.synchronize();
   }
-  benchmark::DoNotOptimize(x);
+  benchmark::DoNotOptimize(std::as_const(x));
 }
 BENCHMARK(host_stream_enqueue_synchronize);
 
