@@ -1,7 +1,8 @@
 // planned_pool's placement (detail/planned_pool/placement.hpp) at the size of a large step:
 // 20,000 allocations, thousands of them live at once and some crossing the boundary, placed
 // with no two blocks live together sharing a byte, checked by a sweep over the placement's
-// output (itself checked to find such a pair where there is one).
+// output (itself checked to find such a pair where there is one); and a range in two parts,
+// with no block on the wrong side of the wall or across it.
 
 #include <catch2/catch.hpp>
 
@@ -68,6 +69,20 @@ std::string overlap_of(const std::vector<lifetime>& blocks, const std::vector<st
   return "";
 }
 
+/// The first block that breaks the wall's rule ("" where none): a block bound below ends at
+/// the wall or lower, one bound above starts at it or higher, and none crosses it.
+std::string wall_breach_of(const std::vector<lifetime>& blocks, const std::vector<std::uint64_t>& offsets,
+                           std::uint64_t wall) {
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const std::uint64_t at = offsets[i], end = at + blocks[i].size;
+    const bool ok = blocks[i].where == lifetime::part::below   ? end <= wall
+                    : blocks[i].where == lifetime::part::above ? at >= wall
+                                                               : end <= wall || at >= wall;
+    if (!ok) return "block " + std::to_string(i) + " at [" + std::to_string(at) + ", " + std::to_string(end) + ")";
+  }
+  return "";
+}
+
 }  // namespace
 
 TEST_CASE("planned_pool placement: the overlap check finds blocks live together that share a byte",
@@ -124,4 +139,48 @@ TEST_CASE("planned_pool placement: 20,000 allocations with overlapping lifetimes
   CHECK(where.range >= where.lower_bound);
   for (std::size_t i = 0; i < n; ++i) REQUIRE(where.offsets[i] + blocks[i].size <= where.range);
   CHECK(overlap_of(blocks, where.offsets) == "");
+}
+
+TEST_CASE("planned_pool placement: a range in two parts, no block across the wall", "[planned_pool][placement]") {
+  // Blocks allocated early in the step bound below, blocks crossing the boundary bound above,
+  // the rest free to go in either part; sizes and lifetimes random, many orders searched.
+  for (std::uint64_t seed = 1; seed <= 40; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<lifetime> blocks;
+    const std::uint32_t ticks = 400;
+    for (std::size_t i = 0; i < 200; ++i) {
+      lifetime b;
+      b.size = 256 * (1 + rng() % 64);
+      b.begin = static_cast<std::uint32_t>(rng() % ticks);
+      if (rng() % 4 == 0) {
+        b.wraps = true;
+        b.end = static_cast<std::uint32_t>(rng() % (b.begin + 1));
+        b.where = lifetime::part::above;
+      } else {
+        b.end = std::min(ticks, b.begin + 1 + static_cast<std::uint32_t>(rng() % 80));
+        b.where = b.begin < ticks / 3 && rng() % 2 == 0 ? lifetime::part::below : lifetime::part::any;
+      }
+      blocks.push_back(b);
+    }
+    const auto where = vram::detail::planned_pool::place(blocks, std::chrono::milliseconds(2), seed);
+    INFO("seed " << seed << ", wall " << where.wall << ", range " << where.range);
+    REQUIRE(where.offsets.size() == blocks.size());
+    CHECK(where.wall > 0);
+    CHECK(where.wall <= where.range);
+    CHECK(where.range >= where.lower_bound);
+    for (std::size_t i = 0; i < blocks.size(); ++i) REQUIRE(where.offsets[i] + blocks[i].size <= where.range);
+    CHECK(wall_breach_of(blocks, where.offsets, where.wall) == "");
+    CHECK(overlap_of(blocks, where.offsets) == "");
+  }
+}
+
+TEST_CASE("planned_pool placement: the wall check finds a block on the wrong side or across it",
+          "[planned_pool][placement]") {
+  std::vector<lifetime> blocks{{256, 0, 10}, {256, 5, 20}, {256, 30, 5, true}};
+  blocks[0].where = lifetime::part::below;
+  blocks[2].where = lifetime::part::above;
+  CHECK(wall_breach_of(blocks, {0, 256, 512}, 256).empty());
+  CHECK_FALSE(wall_breach_of(blocks, {0, 128, 512}, 256).empty());  // an unbound block across the wall
+  CHECK_FALSE(wall_breach_of(blocks, {256, 0, 512}, 256).empty());  // bound below, placed above
+  CHECK_FALSE(wall_breach_of(blocks, {0, 512, 0}, 256).empty());    // bound above, placed below
 }

@@ -51,6 +51,9 @@ struct step_shape {
   double batch = 1.0;                 ///< batch scale of the activations
   unsigned micro_steps = 1;           ///< gradient accumulation: forward/backward passes per step
   bool eval = false;                  ///< forward only, no gradients, no optimizer
+  /// zero_grad after the forward, before backward (`optimizer.zero_grad(); loss.backward()`):
+  /// the last step's gradients live beside this step's activations.
+  bool zero_grad_late = false;
   unsigned streams = 3;               ///< 0: compute; temporaries on every stream; 2: the optimizer
 };
 
@@ -58,18 +61,21 @@ struct step_shape {
 // step's zero_grad), activations and temporaries (inside the step).
 inline constexpr std::uint32_t weight_name = 1u << 28, state_name = 2u << 28, grad_name = 3u << 28;
 
-/// One step of a loop like PyTorch's: zero_grad frees the last step's gradients; forward saves
-/// an activation per layer (with a short temporary beside each, on the streams in turn);
-/// backward frees them in reverse and allocates each layer's gradient, which outlives the step;
-/// the optimizer's foreach temporaries come and go on their own stream, and its state is made
-/// once, in the first step that runs it.
+/// One step of a loop like PyTorch's: zero_grad frees the last step's gradients (first, or
+/// after the forward with zero_grad_late); forward saves an activation per layer (with a
+/// short temporary beside each, on the streams in turn); backward frees them in reverse and
+/// allocates each layer's gradient, which outlives the step; the optimizer's foreach
+/// temporaries come and go on their own stream, and its state is made once, in the first
+/// step that runs it.
 inline step_ops training_step(const step_shape& s, std::uint32_t& next_name, bool first_optimizer_step) {
   step_ops ops;
   auto fresh = [&] { return next_name++; };
   const unsigned opt = s.streams > 2 ? 2 : 0;
   const auto act = static_cast<std::size_t>(double(s.activation) * s.batch);
-  if (!s.eval)
+  auto zero_grad = [&] {
     for (unsigned l = 0; l < s.layers; ++l) ops.push_back({false, grad_name + l, s.parameter, 0});
+  };
+  if (!s.eval && !s.zero_grad_late) zero_grad();
   for (unsigned m = 0; m < s.micro_steps; ++m) {
     std::vector<std::uint32_t> saved;
     for (unsigned l = 0; l < s.layers; ++l) {
@@ -86,6 +92,7 @@ inline step_ops training_step(const step_shape& s, std::uint32_t& next_name, boo
       }
     }
     if (s.eval) continue;
+    if (m == 0 && s.zero_grad_late) zero_grad();
     for (unsigned l = s.layers; l-- > 0;) {
       std::uint32_t a = saved[l];
       std::uint32_t t = fresh();

@@ -82,10 +82,11 @@ inline std::string describe(const plan_summary& s) {
     return s.plans_refused != 0 ? "no plan: the device could not hold its range" : "no plan (the trace was not replayed as steps)";
   char line[256];
   std::snprintf(line, sizeof line,
-                "plan of %zu allocations (%zu placed), range %.4f of its lower bound, planned in %.1f ms (%zu orders "
+                "plan of %zu allocations (%zu placed), range %.4f of its lower bound%s, planned in %.1f ms (%zu orders "
                 "tried); last step: %zu served from the plan, %zu off it; %zu plan(s) made",
                 s.entries, s.planned_entries,
                 s.lower_bound_bytes == 0 ? 1.0 : double(s.range_bytes) / double(s.lower_bound_bytes),
+                s.lower_part_bytes != 0 ? " in two parts" : "",
                 double(s.planning_time.count()) / 1e6, s.orders_tried, s.last_step_planned, s.last_step_off_plan,
                 s.plans_made);
   return line;

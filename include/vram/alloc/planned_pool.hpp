@@ -54,8 +54,12 @@ struct plan_summary {
   std::size_t entries = 0;          ///< allocations of the recorded step
   std::size_t planned_entries = 0;  ///< those placed in the range (freed inside the step)
   std::uint64_t range_bytes = 0;    ///< the plan's range
+  /// A plan in two parts (blocks cross the step boundary): its lower part, taken at the mark;
+  /// the rest is taken in the first served step once the recording's leftovers are freed. 0
+  /// for a plan in one part.
+  std::uint64_t lower_part_bytes = 0;
   std::uint64_t lower_bound_bytes = 0;  ///< the peak of the planned blocks' live bytes: no range is smaller
-  std::chrono::nanoseconds planning_time{0};
+  std::chrono::nanoseconds planning_time{0};  ///< the mark's: both plans where it made two (plan_recording)
   std::size_t orders_tried = 0;     ///< placements evaluated by the search
   std::size_t plans_made = 0;
   std::size_t plans_refused = 0;    ///< plans dropped: the online pool could not hold their range
@@ -69,7 +73,9 @@ struct plan_summary {
 /// zero_grad frees), offline in one range (best fit by size and lifetime, then a search), and
 /// from the next step on serves the requests that match the recording at their planned
 /// offsets. Where the pattern repeats exactly, the range is the step's peak of live bytes or
-/// close to it: no fragmentation, which an online allocator cannot promise.
+/// close to it: no fragmentation, which an online allocator cannot promise. Where blocks cross
+/// the boundary, the range is in two parts, so that the first served step never holds it
+/// beside the recording's leftovers (plan_recording).
 ///
 /// Matching: requests are matched in order against the recorded allocations by size,
 /// alignment and stream (a missing allocation skips ahead, within match_window). A request
@@ -91,7 +97,8 @@ struct plan_summary {
 /// counting as reserved.
 /// Complexity: a planned allocation O(match_window + log n) amortized (plus O(live planned
 /// blocks) in a step off the plan, where the quick proof that its place is free does not
-/// apply), a planned free O(log n); planning O(n^2) per order tried (n allocations in the step).
+/// apply), a planned free O(log n); planning O(n^2) per order tried (n allocations in the step),
+/// within planning_budget per plan, two plans at most per mark (plan_recording).
 /// Misuse (foreign pointer, double free, wrong size) is reported and changes nothing.
 template <class Upstream>
 class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream> {
@@ -119,7 +126,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     if (plan_) retired_.push_back(std::move(plan_));
     for (auto& p : retired_) {
       if (!p->live.empty()) report_misuse({misuse::live_at_destruction, name(), nullptr, p->live_bytes, 0});
-      if (!p->held) continue;
+      if (!p->held && !p->low_held) continue;
       // Its streams may be destroyed by now (CUDA streams are not named: wait_before_release).
       detail::stream_pool::wait_before_release(
           online_.upstream(),
@@ -127,8 +134,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
             for (const auto& freed : p->streams) visit(freed.stream);
           },
           [&] { report_misuse({misuse::upstream_failure, name(), reinterpret_cast<void*>(p->base), 0, 0}); });
-      online_.deallocate(stream_ref{}, reinterpret_cast<void*>(p->base), static_cast<std::size_t>(p->range), quantum);
-      p->held = false;
+      free_parts(*p, stream_ref{});
     }
   }
 
@@ -147,6 +153,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
       case plan_summary::phase::serving: p = allocate_served(s, bytes, align); break;
     }
     ledger_.book(align_up(bytes, quantum), bytes);
+    recording_peak_ = std::max<std::uint64_t>(recording_peak_, ledger_.live);
     return p;
   }
 
@@ -183,10 +190,6 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     if (phase_ == plan_summary::phase::serving && !plan_->unpaired.empty() &&
         std::binary_search(plan_->unpaired.begin(), plan_->unpaired.end(), std::pair<std::uint64_t, std::size_t>(bytes, align)))
       plan_->unpaired_freed = true;
-    if (phase_ == plan_summary::phase::serving && !plan_->awaited.empty())
-      if (auto it = std::lower_bound(plan_->awaited.begin(), plan_->awaited.end(), addr);
-          it != plan_->awaited.end() && *it == addr)
-        plan_->awaited.erase(it);
     if (phase_ == plan_summary::phase::recording) {
       if (auto it = recorded_live_.find(addr); it != recorded_live_.end()) {
         recording_[it->second].freed = ticks_;
@@ -265,16 +268,21 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     std::lock_guard lock(mutex_);
     online_.for_each_free_block(f);
     for (const plan* pl : plans()) {
-      if (!pl->held) continue;
       std::vector<std::pair<std::uint64_t, std::uint64_t>> taken;
       for (std::uint32_t i : pl->live) taken.emplace_back(pl->entries[i].offset, pl->entries[i].size);
       std::sort(taken.begin(), taken.end());
-      std::uint64_t at = 0;
-      for (auto [offset, size] : taken) {
-        if (offset > at) f(static_cast<std::size_t>(offset - at));
-        at = offset + size;
-      }
-      if (pl->range > at) f(static_cast<std::size_t>(pl->range - at));
+      // Each part held on its own: no block crosses the wall, nor does a gap.
+      auto gaps = [&](std::uint64_t from, std::uint64_t to) {
+        std::uint64_t at = from;
+        for (auto [offset, size] : taken) {
+          if (offset < from || offset >= to) continue;
+          if (offset > at) f(static_cast<std::size_t>(offset - at));
+          at = offset + size;
+        }
+        if (to > at) f(static_cast<std::size_t>(to - at));
+      };
+      if (pl->low_held) gaps(0, pl->wall);
+      if (pl->held) gaps(pl->wall, pl->range);
     }
   }
 
@@ -287,8 +295,10 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     auto fail = [](const char* what) { throw std::logic_error(std::string("planned_pool invariant: ") + what); };
     std::uint64_t planned_live = 0;
     for (const plan* pl : plans()) {
-      if (pl->held && !online_.owns(reinterpret_cast<void*>(pl->base))) fail("a range is not an online block");
-      if (!pl->held && !pl->live.empty()) fail("live planned blocks without a range");
+      if (pl->held && pl->range > pl->wall && !online_.owns(reinterpret_cast<void*>(pl->base)))
+        fail("a range is not an online block");
+      if (pl->low_held && !online_.owns(reinterpret_cast<void*>(pl->low_base))) fail("a range's lower part is not an online block");
+      if (pl->wall > pl->range) fail("the wall outside the range");
       std::vector<std::pair<std::uint64_t, std::uint64_t>> taken;
       std::uint64_t bytes = 0;
       for (std::size_t k = 0; k < pl->live.size(); ++k) {
@@ -296,6 +306,8 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
         if (!e.live || e.live_at != k || !e.planned) fail("live list and flags disagree");
         if (pl->live_at_slot[e.slot] != pl->live[k] + 1) fail("offset table disagrees");
         if (e.offset + e.size > pl->range) fail("a block outside its range");
+        if (e.offset < pl->wall && e.offset + e.size > pl->wall) fail("a block across the wall");
+        if (!pl->holds(e.offset)) fail("a live planned block where its part of the range is not held");
         taken.emplace_back(e.offset, e.offset + e.size);
         bytes += e.size;
       }
@@ -344,6 +356,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     recorded_live_.clear();
     carried_in_.clear();
     ticks_ = 0;
+    recording_peak_ = ledger_.live;
     phase_ = plan_summary::phase::recording;
   }
 
@@ -362,25 +375,19 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
 
   void finish_recording() {
     detail::planned_pool::pair_leftovers(recording_, carried_in_);
-    plan next = detail::planned_pool::make_plan(recording_, quantum, options_.planning_budget);
+    plan next = plan_recording();
     if (carried_in_.empty()) {
       for (const recorded_allocation& r : recording_)
         if (r.freed == detail::planned_pool::no_tick) next.unpaired.emplace_back(r.requested, r.align);
       std::sort(next.unpaired.begin(), next.unpaired.end());
     }
-    // The recording's leftovers that wrap are online blocks the next step frees: the range
-    // is taken in that step, once they are (plan::take_at), else now.
-    for (const auto& [addr, index] : recorded_live_)
-      if (recording_[index].wraps) next.awaited.push_back(addr);
-    std::sort(next.awaited.begin(), next.awaited.end());
-    if (next.range != 0 && next.awaited.empty() && !take_range(next, stream_ref{})) {
+    // Nothing wraps: the range is taken now. A plan in two parts: its lower part now.
+    const bool refused = next.range != 0 && (next.take_at == 0 ? !take_range(next, stream_ref{})
+                                                                : next.wall != 0 && !take_lower_part(next));
+    if (refused) {
       start_recording();  // no room for the range: stay online, record the next step
       return;
     }
-    // Where the range comes early in the next step (little of it is served online before), the
-    // recording's free memory goes back now; else it serves that online part, as it would the
-    // online pool's (given back, it would be taken again, and placed no better).
-    if (!next.held && detail::planned_pool::peak_before(next, next.take_at) <= next.range / 10) online_.release();
     plan_ = std::make_unique<plan>(std::move(next));
     ++plans_made_;
     last_off_plan_ = last_planned_ = 0;  // the step just closed was recorded, not served
@@ -390,23 +397,88 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     phase_ = plan_summary::phase::serving;
   }
 
-  /// Takes the plan's range from the online pool on `s`. What the online pool holds free
-  /// (the recorded step's fragmentation included) goes back to the upstream first, so the range
-  /// adds nothing to the peak where that memory was free. A range taken on a stream is ordered
-  /// after that stream for everyone else (its bytes are painted with it). False, counted in
-  /// plans_refused, where the online pool cannot hold it.
+  /// The plan of the recorded step. Where blocks wrap, the recording's leftovers that wrap are
+  /// online blocks the first served step frees: a range held beside them counts them twice.
+  /// The plan is then made in two parts: the upper one, holding the wrapping blocks, is taken
+  /// in the first served step once the last of those leftovers is freed (plan::take_at); the
+  /// lower one, holding what the step allocates before that, at the mark; the blocks allocated
+  /// later go in either. Its first served step peaks at the outside blocks plus the larger of
+  /// the leftovers with the lower part and the whole range. A wrapping block allocated before
+  /// that tick stays online. Where that peak would pass what the online pool holds now (the
+  /// online pool's own cost of the step), the plan is one range taken where choose_take says,
+  /// the step served online before it.
+  plan plan_recording() {
+    using detail::planned_pool::no_tick;
+    std::uint32_t last_free = 0;  // of the leftovers that wrap: all freed at this tick
+    std::uint64_t leftovers = 0;
+    for (const auto& [addr, index] : recorded_live_) {
+      const recorded_allocation& r = recording_[index];
+      if (!r.wraps) continue;
+      last_free = std::max(last_free, r.freed);
+      leftovers += align_up(r.requested, quantum);
+    }
+    if (leftovers == 0) return detail::planned_pool::make_plan(recording_, quantum, options_.planning_budget);
+    const std::uint32_t take_at = last_free + 1;
+    std::vector<recorded_allocation> step = recording_;
+    for (recorded_allocation& r : step)
+      if (r.wraps && r.allocated < take_at) r = {r.requested, r.align, r.stream, r.allocated, no_tick, false};
+    const std::size_t reserved = online_.stats().reserved_bytes;
+    const std::uint64_t outside = ledger_.live > leftovers ? ledger_.live - leftovers : 0;
+    plan two = detail::planned_pool::make_plan(step, quantum, options_.planning_budget, take_at);
+    if (outside + std::max(leftovers + two.wall, two.range) <= reserved) return two;
+    plan one = detail::planned_pool::make_plan(recording_, quantum, options_.planning_budget);
+    one.planning_time += two.planning_time;
+    const auto take = detail::planned_pool::choose_take(one, outside, reserved, recording_peak_);
+    one.take_at = take.tick;
+    if (take.release_at_mark) online_.release();
+    return one;
+  }
+
+  /// Takes the upper part of the plan's range, [wall, range) (all of it for a plan in one
+  /// part), from the online pool on `s`. What the online pool holds free (the recorded step's
+  /// fragmentation included) goes back to the upstream first, so the range adds nothing to the
+  /// peak where that memory was free. A range taken on a stream is ordered after that stream
+  /// for everyone else (its bytes are painted with it). False, counted in plans_refused, where
+  /// the online pool cannot hold it.
   bool take_range(plan& pl, stream_ref s) {
+    if (pl.range > pl.wall) {
+      online_.release();
+      try {
+        pl.base = reinterpret_cast<std::uintptr_t>(online_.allocate(s, static_cast<std::size_t>(pl.range - pl.wall), quantum));
+      } catch (const std::bad_alloc&) {
+        ++plans_refused_;
+        last_off_plan_ = last_planned_ = 0;
+        return false;
+      }
+    }
+    pl.held = true;
+    if (s.key() != 0) pl.note_free(pl.wall == 0 ? 0 : first_atom_above(pl), static_cast<std::uint32_t>(pl.freers.atoms()), freer_bit(pl, s));
+    return true;
+  }
+
+  /// Takes the lower part of a plan in two parts, [0, wall), at the mark (the synchronous
+  /// stream), the online pool's free memory given back first. False, counted in
+  /// plans_refused, where the online pool cannot hold it.
+  bool take_lower_part(plan& pl) {
     online_.release();
     try {
-      pl.base = reinterpret_cast<std::uintptr_t>(online_.allocate(s, static_cast<std::size_t>(pl.range), quantum));
+      pl.low_base = reinterpret_cast<std::uintptr_t>(online_.allocate(stream_ref{}, static_cast<std::size_t>(pl.wall), quantum));
     } catch (const std::bad_alloc&) {
       ++plans_refused_;
       last_off_plan_ = last_planned_ = 0;
       return false;
     }
-    pl.held = true;
-    if (s.key() != 0) pl.note_free(0, static_cast<std::uint32_t>(pl.freers.atoms()), freer_bit(pl, s));
+    pl.low_held = true;
     return true;
+  }
+
+  /// The first last_freers atom at or above the wall (the atoms are cut at every planned
+  /// block's edges, and no block crosses the wall, so one starts there where any lies above).
+  static std::uint32_t first_atom_above(const plan& pl) noexcept {
+    std::uint32_t first = static_cast<std::uint32_t>(pl.freers.atoms());
+    for (const plan_entry& e : pl.entries)
+      if (e.planned && e.offset >= pl.wall) first = std::min(first, e.atom_lo);
+    return first;
   }
 
   // ---- serving ------------------------------------------------------------------------
@@ -414,7 +486,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
   void* allocate_served(stream_ref s, std::size_t bytes, std::size_t align) {
     plan& pl = *plan_;
     const std::uint32_t k = pl.match(bytes, align, s.key(), options_.match_window);
-    if (k != plan::no_match && !pl.held && pl.range != 0 && pl.awaited.empty() && pl.entries[k].allocated >= pl.take_at &&
+    if (k != plan::no_match && !pl.held && pl.range != 0 && pl.entries[k].allocated >= pl.take_at &&
         !take_range(pl, s)) {
       abandon_plan(s);  // no room for the range: online until the next mark records a step
       return online_.allocate(s, bytes, align);
@@ -428,14 +500,14 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     const plan_entry& e = pl.entries[k];
     const bool in_order = k >= pl.frontier;  // every entry matched so far in this step comes before it
     if (!in_order) pl.in_order_step = false;
-    const bool at_place = e.planned && pl.held && place_is_free(pl, k) && order_after_frees(pl, k, s);
+    const bool at_place = e.planned && pl.holds(e.offset) && place_is_free(pl, k) && order_after_frees(pl, k, s);
     // The online pool may throw: nothing has changed yet.
-    void* p = at_place ? reinterpret_cast<void*>(pl.base + e.offset) : online_.allocate(s, bytes, align);
+    void* p = at_place ? reinterpret_cast<void*>(pl.address_of(e.offset)) : online_.allocate(s, bytes, align);
     pl.consume(k, options_.match_window);
     if (at_place) {
       pl.mark_live(k);
       ++pl.served;
-    } else if (e.planned && pl.held) {  // its place was taken
+    } else if (e.planned && pl.holds(e.offset)) {  // its place was taken
       ++pl.off_plan;
     }
     if (too_far_off(pl)) abandon_plan(s);
@@ -494,7 +566,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     plan_entry* e = pl.live_block_at(addr);
     if (e == nullptr || e->requested != bytes) {
       misuse kind = e != nullptr ? misuse::wrong_size : misuse::double_free;
-      if (e == nullptr && pl.slots.find(addr - pl.base) == detail::planned_pool::offset_table::none)
+      if (e == nullptr && pl.slots.find(pl.offset_of(addr)) == detail::planned_pool::offset_table::none)
         kind = misuse::foreign_pointer;  // inside the range but where no block ever starts
       report_misuse({kind, name(), reinterpret_cast<void*>(addr), bytes, e != nullptr ? e->requested : 0});
       return;
@@ -569,7 +641,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
   /// Frees the range into the online pool on `s`, after every stream that freed planned
   /// blocks (s waits for them: blocking when s is the synchronous stream).
   void give_range_back(plan& pl, stream_ref s) noexcept {
-    if (!pl.held) return;
+    if (!pl.held && !pl.low_held) return;
     for (const auto& freed : pl.streams) {
       if (freed.key == s.key()) continue;
       try {
@@ -578,8 +650,16 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
         report_misuse({misuse::upstream_failure, name(), reinterpret_cast<void*>(pl.base), 0, 0});
       }
     }
-    online_.deallocate(s, reinterpret_cast<void*>(pl.base), static_cast<std::size_t>(pl.range), quantum);
-    pl.held = false;
+    free_parts(pl, s);
+  }
+
+  /// Frees the parts of the range that are held into the online pool on `s` (its streams
+  /// already waited for).
+  void free_parts(plan& pl, stream_ref s) noexcept {
+    if (pl.held && pl.range > pl.wall)
+      online_.deallocate(s, reinterpret_cast<void*>(pl.base), static_cast<std::size_t>(pl.range - pl.wall), quantum);
+    if (pl.low_held) online_.deallocate(s, reinterpret_cast<void*>(pl.low_base), static_cast<std::size_t>(pl.wall), quantum);
+    pl.held = pl.low_held = false;
   }
 
   plan_summary summary_locked() const {
@@ -594,6 +674,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
       out.entries = plan_->entries.size();
       out.planned_entries = plan_->planned_entries;
       out.range_bytes = plan_->range;
+      out.lower_part_bytes = plan_->wall;
       out.lower_bound_bytes = plan_->lower_bound;
       out.planning_time = plan_->planning_time;
       out.orders_tried = plan_->orders_tried;
@@ -609,6 +690,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
   std::unordered_map<std::uintptr_t, std::size_t> recorded_live_;  // recording_ index of each recorded live block
   std::vector<carried_in_free> carried_in_;                        // frees in the recording of blocks from before it
   std::uint32_t ticks_ = 0;                                        // events of the step being recorded
+  std::uint64_t recording_peak_ = 0;                               // live bytes at their highest since the recording began
   std::unique_ptr<plan> plan_;                                     // while serving
   std::vector<std::unique_ptr<plan>> retired_;                     // earlier plans with blocks still live
   detail::stream_pool::ledger ledger_;

@@ -144,14 +144,16 @@ struct plan {
   /// live block's bytes with what it was ordered after (nothing has freed them since).
   bool freers_kept = false;
   std::vector<std::uint32_t> free_order;     ///< planned entries by planned free
-  std::uintptr_t base = 0;                   ///< the range: one block of the online pool, while held
-  std::uint64_t range = 0;
-  bool held = false;                         ///< the range is taken from the online pool (and not yet given back)
-  /// The recording's leftovers that wrap (online blocks) not yet freed: the range is taken
-  /// once they are, so that it is never held beside them (sorted addresses).
-  std::vector<std::uintptr_t> awaited;
-  /// In the first served step, the range is taken at the first entry allocated at or after
-  /// this tick (take_tick()), the recording's leftovers freed by then; until then, online.
+  /// The range: offsets [0, range), in one block of the online pool or in two, [0, wall) and
+  /// [wall, range) (a plan in two parts: see planned_pool::plan_recording). No planned block
+  /// crosses the wall.
+  std::uint64_t range = 0, wall = 0;
+  std::uintptr_t base = 0;                   ///< where offset `wall` is, while held
+  bool held = false;                         ///< [wall, range) is taken from the online pool (and not yet given back)
+  std::uintptr_t low_base = 0;               ///< where offset 0 is, while low_held
+  bool low_held = false;                     ///< [0, wall) is taken (a plan in two parts)
+  /// In the first served step, [wall, range) is taken at the first entry allocated at or after
+  /// this tick; until then, online (or from [0, wall)).
   std::uint32_t take_at = 0;
   std::uint64_t lower_bound = 0;             ///< peak live bytes of the planned blocks
   std::size_t planned_entries = 0;
@@ -178,7 +180,18 @@ struct plan {
   bool in_order_step = true;
   std::size_t carried = 0;
 
-  [[nodiscard]] bool contains(std::uintptr_t p) const noexcept { return held && p - base < range; }
+  [[nodiscard]] bool contains(std::uintptr_t p) const noexcept {
+    return (held && p - base < range - wall) || (low_held && p - low_base < wall);
+  }
+  /// The offset of address p (contains(p)).
+  [[nodiscard]] std::uint64_t offset_of(std::uintptr_t p) const noexcept {
+    return low_held && p - low_base < wall ? p - low_base : p - base + wall;
+  }
+  [[nodiscard]] std::uintptr_t address_of(std::uint64_t offset) const noexcept {
+    return offset < wall ? low_base + offset : base + (offset - wall);
+  }
+  /// The part of the range that holds `offset` is taken.
+  [[nodiscard]] bool holds(std::uint64_t offset) const noexcept { return offset < wall ? low_held : held; }
 
   static constexpr std::uint32_t no_match = UINT32_MAX;
 
@@ -212,7 +225,7 @@ struct plan {
 
   /// The live entry whose block starts at `p` (in the range), or nullptr.
   [[nodiscard]] plan_entry* live_block_at(std::uintptr_t p) noexcept {
-    std::uint32_t slot = slots.find(p - base);
+    std::uint32_t slot = slots.find(offset_of(p));
     if (slot == offset_table::none) return nullptr;
     std::uint32_t e = live_at_slot[slot];
     return e == 0 ? nullptr : &entries[e - 1];
@@ -283,56 +296,95 @@ struct plan {
   }
 };
 
-/// Where the first served step takes the range: between the last free of the recording's
-/// leftovers (they are online blocks until then) and the first wrapping allocation (which
-/// must be in the range), at the tick where the fewest planned bytes are live. The blocks
-/// allocated online before it and live after it are held twice (online, and their place in
-/// the range): taken there, that is least. 0 where nothing wraps.
-inline std::uint32_t take_tick(const plan& p) {
-  std::uint32_t first = 0, last = UINT32_MAX;
+/// Where the first served step takes the range, and whether the recording's free memory goes
+/// back at the mark (take_choice). The recording's leftovers that wrap are online blocks the
+/// step frees at the ticks the plan gives its wrapping entries (`freed`): the range cannot
+/// hold them, so from the take to their free they are held twice (online, and their place
+/// in the range), as are the blocks the step allocated online before the take and still
+/// holds. Before the take the step is served online. For a take at tick t, with L the bytes
+/// live outside the plan (`outside`: weights, optimizer state), X(t) the leftovers not yet
+/// freed, S(t) the step's planned bytes live at t and live(t) = X(t) + S(t):
+///   online part   A(t) = (L + max live(u), u < t) x the online pool's measured fragmentation
+///                 (`held` reserved over `recorded_peak` live in the recording);
+///   planned part  B(t) = L + range + X(t) + S(t) (both terms only fall after t: no block
+///                 allocated after the take is held twice);
+/// and the take goes where max(A, B) is least (the earliest such tick), no later than the
+/// first wrapping allocation (which must be in the range, or the next step would hold its
+/// block online again). The free memory goes back at the mark where the online part stays
+/// below the recording's peak (the memory the recording held is then more than it needs);
+/// else it serves that part as it served the recording. Where nothing wraps: tick 0, taken at
+/// the mark.
+struct take_choice {
+  std::uint32_t tick = 0;
+  bool release_at_mark = true;
+  double cost = 0;  ///< the peak of reserved bytes predicted for the first served step
+};
+
+inline take_choice choose_take(const plan& p, std::uint64_t outside, std::uint64_t held, std::uint64_t recorded_peak) {
+  std::uint32_t last = UINT32_MAX;
+  for (const plan_entry& e : p.entries)
+    if (e.planned && e.wraps) last = std::min(last, e.allocated);
+  if (last == UINT32_MAX) return {};
+  // (tick, change of live bytes, is a planned allocation: where a take can happen), sorted
+  // with frees first at one tick; a wrapping entry's previous instance is live from 0 to its
+  // `freed`, its own instance is in the range.
+  struct change {
+    std::uint32_t tick;
+    std::int64_t bytes;
+    bool allocation;
+  };
+  std::vector<change> changes;
+  std::int64_t live = 0;  // X(0): the leftovers, all live at the mark
   for (const plan_entry& e : p.entries) {
-    if (!e.planned || !e.wraps) continue;
-    first = std::max(first, e.freed);
-    last = std::min(last, e.allocated);
-  }
-  if (last == UINT32_MAX) return 0;
-  std::vector<std::pair<std::uint32_t, std::int64_t>> changes;  // of the blocks inside the step
-  for (const plan_entry& e : p.entries) {
-    if (!e.planned || e.wraps) continue;
-    changes.emplace_back(e.allocated, static_cast<std::int64_t>(e.size));
-    changes.emplace_back(e.freed, -static_cast<std::int64_t>(e.size));
-  }
-  std::sort(changes.begin(), changes.end());  // at one tick, frees first
-  std::int64_t live = 0, least = INT64_MAX;
-  std::uint32_t best = first;
-  for (std::size_t i = 0; i < changes.size(); ++i) {
-    live += changes[i].second;
-    const std::uint32_t next = i + 1 < changes.size() ? changes[i + 1].first : UINT32_MAX;
-    if (next == changes[i].first) continue;  // the tick's changes are not all in yet
-    // live holds during (changes[i].first, next]: a take at any tick there sees it.
-    const std::uint32_t from = std::max(first, changes[i].first + 1), to = std::min(last, next);
-    if (from <= to && live < least) {
-      least = live;
-      best = from;
+    if (!e.planned) continue;
+    const auto b = static_cast<std::int64_t>(e.size);
+    if (e.wraps) {  // its previous instance, an online leftover; its own allocation a candidate
+      live += b;
+      changes.push_back({e.freed, -b, false});
+      changes.push_back({e.allocated, 0, true});
+    } else {
+      changes.push_back({e.allocated, b, true});
+      changes.push_back({e.freed, -b, false});
     }
   }
-  if (least == INT64_MAX) best = first;  // no block inside the step between them
+  std::sort(changes.begin(), changes.end(), [](const change& a, const change& b) {
+    return a.tick != b.tick ? a.tick < b.tick : a.bytes < b.bytes;
+  });
+  const double fragmentation = recorded_peak == 0 ? 1.0 : std::max(1.0, double(held) / double(recorded_peak));
+  const auto l = static_cast<double>(outside), range = static_cast<double>(p.range);
+  std::int64_t peak_before = 0;  // max live(u), u < the candidate tick
+  double least = -1;
+  take_choice best{0, true};
+  auto consider = [&](std::uint32_t tick) {
+    const double online = (l + double(peak_before)) * fragmentation;
+    const double cost = std::max(online, l + range + double(live));
+    if (least < 0 || cost < least) {
+      least = cost;
+      best.cost = cost;
+      best.tick = tick;
+      best.release_at_mark = peak_before < static_cast<std::int64_t>(recorded_peak > outside ? recorded_peak - outside : 0);
+    }
+  };
+  consider(0);
+  peak_before = live;
+  for (const change& c : changes) {
+    if (c.tick > last) break;
+    // A take at an allocation of the step's own sees live(t) before it: the changes at
+    // earlier ticks are in, this one's not yet.
+    if (c.allocation) consider(c.tick);
+    live += c.bytes;
+    peak_before = std::max(peak_before, live);
+  }
   return best;
-}
-
-/// The peak of live bytes of the blocks inside the step before `tick`.
-inline std::uint64_t peak_before(const plan& p, std::uint32_t tick) {
-  std::vector<lifetime> before;
-  for (const plan_entry& e : p.entries)
-    if (e.planned && !e.wraps && e.allocated < tick) before.push_back({e.size, e.allocated, std::min(e.freed, tick)});
-  return live_peak(before);
 }
 
 /// Builds the plan of a recorded step: its allocations in order, those freed inside the step or
 /// in the next one (wrapping) placed by place() within `budget`. `quantum`: the online pool's
-/// block rounding.
+/// block rounding. `two_parts_at` != 0: a plan in two parts, its upper part taken at that tick
+/// of the first served step (take_at): the blocks allocated before it go below the wall, the
+/// wrapping ones above it.
 inline plan make_plan(const std::vector<recorded_allocation>& step, std::size_t quantum,
-                      std::chrono::nanoseconds budget) {
+                      std::chrono::nanoseconds budget, std::uint32_t two_parts_at = 0) {
   auto start = std::chrono::steady_clock::now();
   plan p;
   p.entries.reserve(step.size());
@@ -350,7 +402,10 @@ inline plan make_plan(const std::vector<recorded_allocation>& step, std::size_t 
     e.planned = r.freed != no_tick && r.align <= quantum && r.requested != 0;
     if (e.planned) {
       planned.push_back(static_cast<std::uint32_t>(p.entries.size()));
-      blocks.push_back({e.size, r.allocated, r.freed, r.wraps});
+      lifetime b{e.size, r.allocated, r.freed, r.wraps};
+      if (two_parts_at != 0 && r.wraps) b.where = lifetime::part::above;
+      if (two_parts_at != 0 && !r.wraps && r.allocated < two_parts_at) b.where = lifetime::part::below;
+      blocks.push_back(b);
     }
     p.entries.push_back(e);
   }
@@ -371,6 +426,8 @@ inline plan make_plan(const std::vector<recorded_allocation>& step, std::size_t 
   // Never outgrown, so that serving allocates nothing: at most every planned entry is live.
   p.live.reserve(planned.size());
   p.range = where.range;
+  p.wall = std::min(where.wall, where.range);
+  p.take_at = two_parts_at;
   p.lower_bound = where.lower_bound;
   p.planned_entries = planned.size();
   p.orders_tried = where.orders_tried;
@@ -390,7 +447,6 @@ inline plan make_plan(const std::vector<recorded_allocation>& step, std::size_t 
     p.entries[i].atom_hi = atom(p.entries[i].offset + p.entries[i].size);
   }
   p.freers.reset(edges.empty() ? 0 : edges.size() - 1);
-  p.take_at = take_tick(p);
   p.planning_time = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
   return p;
 }
