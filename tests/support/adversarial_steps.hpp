@@ -54,12 +54,18 @@ struct step_shape {
   /// zero_grad after the forward, before backward (`optimizer.zero_grad(); loss.backward()`):
   /// the last step's gradients live beside this step's activations.
   bool zero_grad_late = false;
+  /// The loss (a small block made at the end of the forward) lives until the next step's
+  /// replaces it (`loss = model(batch)`): a leftover freed late in the step, long after the
+  /// gradients.
+  bool loss_crosses = false;
   unsigned streams = 3;               ///< 0: compute; temporaries on every stream; 2: the optimizer
 };
 
 // Names: weights and optimizer state (live for the whole run), gradients (freed by the next
-// step's zero_grad), activations and temporaries (inside the step).
-inline constexpr std::uint32_t weight_name = 1u << 28, state_name = 2u << 28, grad_name = 3u << 28;
+// step's zero_grad), the loss (by the next step's forward), activations and temporaries
+// (inside the step).
+inline constexpr std::uint32_t weight_name = 1u << 28, state_name = 2u << 28, grad_name = 3u << 28,
+                               loss_name = 4u << 28;
 
 /// One step of a loop like PyTorch's: zero_grad frees the last step's gradients (first, or
 /// after the forward with zero_grad_late); forward saves an activation per layer (with a
@@ -92,6 +98,10 @@ inline step_ops training_step(const step_shape& s, std::uint32_t& next_name, boo
       }
     }
     if (s.eval) continue;
+    if (m == 0 && s.loss_crosses) {
+      ops.push_back({false, loss_name, 4096, 0});  // the last step's
+      ops.push_back({true, loss_name, 4096, 0});
+    }
     if (m == 0 && s.zero_grad_late) zero_grad();
     for (unsigned l = s.layers; l-- > 0;) {
       std::uint32_t a = saved[l];
