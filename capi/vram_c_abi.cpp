@@ -139,6 +139,7 @@ VRAM_C_API int vram_plan_stats(int device, vram_plan_stats_t* out) {
     out->entries = s.entries;
     out->planned_entries = s.planned_entries;
     out->range_bytes = static_cast<size_t>(s.range_bytes);
+    out->plans_declined = s.plans_declined;
     return 0;
   });
 }

@@ -86,6 +86,7 @@ typedef struct vram_plan_stats_t {
   size_t entries;             /* allocations of the recorded step */
   size_t planned_entries;     /* those placed in the plan's range */
   size_t range_bytes;         /* the plan's range */
+  size_t plans_declined;      /* plans whose range would have raised the pool's peak reserve */
 } vram_plan_stats_t;
 
 /* ---- PyTorch CUDAPluggableAllocator -------------------------------------------------- */

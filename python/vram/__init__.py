@@ -31,7 +31,7 @@ class _PlanStats(ctypes.Structure):
     # vram_plan_stats_t, field for field (include/vram/vram_c.h).
     _fields_ = [("enabled", ctypes.c_int), ("phase", ctypes.c_int)] + [(name, ctypes.c_size_t) for name in (
         "plans_made", "plans_refused", "steps_served", "last_step_planned", "last_step_off_plan", "entries",
-        "planned_entries", "range_bytes")]
+        "planned_entries", "range_bytes", "plans_declined")]
 
 
 _PHASES = ("online", "recording", "serving")
@@ -192,7 +192,8 @@ def plan_stats(device=0):
     """Where `device`'s planned pool stands, as a dict: enabled (False unless VRAM_PLAN=1),
     phase ("online", "recording", "serving"), plans_made, plans_refused, steps_served,
     last_step_planned and last_step_off_plan (allocations of the last served step from the
-    plan and off it), entries and planned_entries (of the recorded step), range_bytes."""
+    plan and off it), entries and planned_entries (of the recorded step), range_bytes,
+    plans_declined."""
     s = _PlanStats()
     _check(_c().vram_plan_stats(device, ctypes.byref(s)), f"vram_plan_stats({device})")
     out = {name: getattr(s, name) for name, _ in _PlanStats._fields_}

@@ -99,6 +99,26 @@ TEST_CASE("adversarial steps: the loss freed after the next forward, every mutat
   });
 }
 
+TEST_CASE("adversarial steps: over host memory in 256 KiB growths, every mutation", "[planned_pool][adversarial]") {
+  // Small growths over an upstream that is not contiguous: a range larger than every free
+  // block would be a growth of its own beside the memory the outside blocks keep, so such
+  // plans are declined (take_part). The blocks stay intact whatever is declined or taken.
+  vram::planned_pool_options options = planned_options();
+  options.online.growth_step = 256 << 10;
+  std::size_t declined = 0;
+  for (adv::mutation m : adv::all_mutations) {
+    INFO("mutation " << adv::name_of(m));
+    auto run = adv::mutated_steps(adv::step_shape{}, m, steps, 6);
+    std::vector<vram::host_stream> streams(3);
+    vram::planned_pool<vram::host_source> planned(vram::host_source{}, options);
+    adv::findings p = adv::run(planned, run, streams, false, 6);
+    check_clean(p);
+    CHECK(planned.stats().live_bytes == 0);
+    declined += planned.summary().plans_declined;
+  }
+  CHECK(declined > 0);
+}
+
 TEST_CASE("adversarial steps: one thread per stream, planned_pool and stream_pool", "[planned_pool][adversarial][threads]") {
   for (adv::mutation m : {adv::mutation::none, adv::mutation::missing, adv::mutation::swapped,
                           adv::mutation::freed_late, adv::mutation::accumulation}) {

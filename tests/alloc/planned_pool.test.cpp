@@ -520,6 +520,41 @@ TEST_CASE("planned_pool: a plan the online pool cannot hold is refused, and the 
   CHECK(pool.stats().live_bytes == 0);
 }
 
+TEST_CASE("planned_pool: a plan that would raise the online pool's peak reserve is declined", "[planned_pool]") {
+  // Over host memory in 1 MiB growths: the step's two 400 KiB blocks sit on either side of a
+  // block that outlives it, so at the mark no free block holds their 800 KiB range, and
+  // taking it would grow the pool to twice what the step needed online.
+  pool_t pool(vram::host_source{}, {.online = {.growth_step = std::size_t{1} << 20, .small_max = 0}});
+  constexpr std::size_t KiB = 1024;
+  auto step = [&] {
+    void* a = pool.allocate_sync(400 * KiB);
+    void* kept = pool.allocate_sync(100 * KiB);
+    void* b = pool.allocate_sync(400 * KiB);
+    pool.deallocate_sync(a, 400 * KiB);
+    pool.deallocate_sync(b, 400 * KiB);
+    return kept;
+  };
+  std::vector<void*> kept;
+  pool.mark_step();
+  kept.push_back(step());
+  const std::size_t reserved = pool.stats().reserved_bytes;
+  vram::plan_summary s = pool.mark_step();
+  CHECK(s.plans_declined == 1);
+  CHECK(s.plans_refused == 0);
+  CHECK(s.plans_made == 0);
+  CHECK(s.now == phase::online);
+  CHECK(pool.stats().reserved_bytes <= reserved);  // nothing grown for the range
+  pool.check_invariants();
+  // One mark online, then a new recording.
+  kept.push_back(step());
+  CHECK(pool.mark_step().now == phase::online);
+  kept.push_back(step());
+  CHECK(pool.mark_step().now == phase::recording);
+  pool.check_invariants();
+  for (void* p : kept) pool.deallocate_sync(p, 100 * KiB);
+  CHECK(pool.stats().live_bytes == 0);
+}
+
 TEST_CASE("planned_pool: a step far off the plan is followed by a new recording", "[planned_pool]") {
   std::mt19937_64 rng(3);
   step_ops one = random_step(rng, 100), other = random_step(rng, 100);

@@ -63,6 +63,9 @@ struct plan_summary {
   std::size_t orders_tried = 0;     ///< placements evaluated by the search
   std::size_t plans_made = 0;
   std::size_t plans_refused = 0;    ///< plans dropped: the online pool could not hold their range
+  /// Plans dropped because holding their range would have raised the online pool's peak
+  /// reserve (planned_pool::take_part).
+  std::size_t plans_declined = 0;
   std::size_t steps_served = 0;     ///< steps closed while serving from a plan
   std::size_t last_step_planned = 0;   ///< allocations of the last step served at their planned place
   std::size_t last_step_off_plan = 0;  ///< in the last step served
@@ -75,7 +78,8 @@ struct plan_summary {
 /// offsets. Where the pattern repeats exactly, the range is the step's peak of live bytes or
 /// close to it: no fragmentation, which an online allocator cannot promise. Where blocks cross
 /// the boundary, the range is in two parts, so that the first served step never holds it
-/// beside the recording's leftovers (plan_recording).
+/// beside the recording's leftovers (plan_recording). A part is taken only where it does not
+/// raise the online pool's peak reserve (take_part): else the plan is declined.
 ///
 /// Matching: requests are matched in order against the recorded allocations by size,
 /// alignment and stream (a missing allocation skips ahead, within match_window). A request
@@ -212,11 +216,15 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
   /// plans the recorded step (within planning_budget) and serving begins; later marks close a
   /// served step, and start a new recording when it was too far off the plan. Returns where
   /// the pool stands after the mark. Where the online pool cannot hold the plan's range (out
-  /// of memory), the plan is dropped, counted in plans_refused, and the next step is recorded.
+  /// of memory), the plan is dropped, counted in plans_refused, and the next step is recorded;
+  /// where holding it would raise the online pool's peak reserve, it is declined (take_part).
   plan_summary mark_step() {
     std::lock_guard lock(mutex_);
     switch (phase_) {
-      case plan_summary::phase::online: start_recording(); break;
+      case plan_summary::phase::online:
+        if (marks_online_ > 0) --marks_online_;  // a plan declined lately: online a while yet
+        else start_recording();
+        break;
       case plan_summary::phase::recording: finish_recording(); break;
       case plan_summary::phase::serving: close_served_step(); break;
     }
@@ -384,8 +392,9 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     // Nothing wraps: the range is taken now. A plan in two parts: its lower part now.
     const bool refused = next.range != 0 && (next.take_at == 0 ? !take_range(next, stream_ref{})
                                                                 : next.wall != 0 && !take_lower_part(next));
-    if (refused) {
-      start_recording();  // no room for the range: stay online, record the next step
+    if (refused) {  // no room for the range, or it would cost more than the online pool
+      if (marks_online_ == 0) start_recording();  // record the next step
+      else phase_ = plan_summary::phase::online;
       return;
     }
     plan_ = std::make_unique<plan>(std::move(next));
@@ -438,18 +447,13 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
   /// part), from the online pool on `s`. What the online pool holds free (the recorded step's
   /// fragmentation included) goes back to the upstream first, so the range adds nothing to the
   /// peak where that memory was free. A range taken on a stream is ordered after that stream
-  /// for everyone else (its bytes are painted with it). False, counted in plans_refused, where
-  /// the online pool cannot hold it.
+  /// for everyone else (its bytes are painted with it). False where take_part refuses or
+  /// declines it.
   bool take_range(plan& pl, stream_ref s) {
     if (pl.range > pl.wall) {
-      online_.release();
-      try {
-        pl.base = reinterpret_cast<std::uintptr_t>(online_.allocate(s, static_cast<std::size_t>(pl.range - pl.wall), quantum));
-      } catch (const std::bad_alloc&) {
-        ++plans_refused_;
-        last_off_plan_ = last_planned_ = 0;
-        return false;
-      }
+      void* p = take_part(s, static_cast<std::size_t>(pl.range - pl.wall));
+      if (p == nullptr) return false;
+      pl.base = reinterpret_cast<std::uintptr_t>(p);
     }
     pl.held = true;
     if (s.key() != 0) pl.note_free(pl.wall == 0 ? 0 : first_atom_above(pl), static_cast<std::uint32_t>(pl.freers.atoms()), freer_bit(pl, s));
@@ -457,19 +461,44 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
   }
 
   /// Takes the lower part of a plan in two parts, [0, wall), at the mark (the synchronous
-  /// stream), the online pool's free memory given back first. False, counted in
-  /// plans_refused, where the online pool cannot hold it.
+  /// stream), the online pool's free memory given back first. False where take_part refuses
+  /// or declines it.
   bool take_lower_part(plan& pl) {
+    void* p = take_part(stream_ref{}, static_cast<std::size_t>(pl.wall));
+    if (p == nullptr) return false;
+    pl.low_base = reinterpret_cast<std::uintptr_t>(p);
+    pl.low_held = true;
+    return true;
+  }
+
+  /// `bytes` of a plan's range from the online pool on `s`, its free memory given back to the
+  /// upstream first; nullptr where the online pool cannot hold them (plans_refused) or where
+  /// holding them would raise its peak reserve (plans_declined): over an upstream that is not
+  /// contiguous, a part larger than every free block is a growth of its own while the blocks
+  /// outside the plan keep the old memory, and the plan would cost more than serving the step
+  /// online. A declined plan is not tried again for the next 1, 2, 4, ... 64 marks.
+  void* take_part(stream_ref s, std::size_t bytes) {
+    const std::size_t peak = online_.stats().peak_reserved_bytes;
     online_.release();
+    const vram::stats now = online_.stats();
+    const std::size_t cap = options_.online.maximum_size;  // past it the online pool refuses
+    const bool grows = now.largest_free_block < bytes, past_cap = cap != 0 && now.reserved_bytes + bytes > cap;
+    if (grows && !past_cap && now.reserved_bytes + bytes > peak) {
+      ++plans_declined_;
+      marks_online_ = next_backoff_;
+      next_backoff_ = std::min<std::size_t>(2 * next_backoff_, 64);
+      last_off_plan_ = last_planned_ = 0;
+      return nullptr;
+    }
     try {
-      pl.low_base = reinterpret_cast<std::uintptr_t>(online_.allocate(stream_ref{}, static_cast<std::size_t>(pl.wall), quantum));
+      void* p = online_.allocate(s, bytes, quantum);
+      next_backoff_ = 1;
+      return p;
     } catch (const std::bad_alloc&) {
       ++plans_refused_;
       last_off_plan_ = last_planned_ = 0;
-      return false;
+      return nullptr;
     }
-    pl.low_held = true;
-    return true;
   }
 
   /// The first last_freers atom at or above the wall (the atoms are cut at every planned
@@ -667,6 +696,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
     out.now = phase_;
     out.plans_made = plans_made_;
     out.plans_refused = plans_refused_;
+    out.plans_declined = plans_declined_;
     out.steps_served = steps_served_;
     out.last_step_off_plan = last_off_plan_;
     out.last_step_planned = last_planned_;
@@ -694,7 +724,8 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
   std::unique_ptr<plan> plan_;                                     // while serving
   std::vector<std::unique_ptr<plan>> retired_;                     // earlier plans with blocks still live
   detail::stream_pool::ledger ledger_;
-  std::size_t plans_made_ = 0, plans_refused_ = 0, steps_served_ = 0, last_off_plan_ = 0, last_planned_ = 0;
+  std::size_t marks_online_ = 0, next_backoff_ = 1;  // after a declined plan (take_part)
+  std::size_t plans_made_ = 0, plans_refused_ = 0, plans_declined_ = 0, steps_served_ = 0, last_off_plan_ = 0, last_planned_ = 0;
 };
 
 static_assert(resource<planned_pool<host_source>>);
