@@ -2,7 +2,9 @@
 // training-like loop on three host streams that lag at random, each mutation of the repeating
 // step, single-threaded (every event in one order) and with one thread per stream. No block
 // may be corrupted or overlap another, check_invariants() must hold at every boundary, and
-// planned_pool may reserve at most 1% more than the online pool it is built on.
+// planned_pool may reserve at most 1% more than the online pool it is built on (over host
+// memory in 256 KiB growths the blocks are checked, not the reserve: docs/planned_pool.md,
+// Limits).
 
 #include <catch2/catch.hpp>
 
