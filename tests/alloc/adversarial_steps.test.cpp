@@ -104,19 +104,28 @@ TEST_CASE("adversarial steps: the loss freed after the next forward, every mutat
 TEST_CASE("adversarial steps: over host memory in 256 KiB growths, every mutation", "[planned_pool][adversarial]") {
   // Small growths over an upstream that is not contiguous: a range larger than every free
   // block would be a growth of its own beside the memory the outside blocks keep, so such
-  // plans are declined (take_part). The blocks stay intact whatever is declined or taken.
+  // plans are declined (take_part). The blocks stay intact whatever is declined or taken;
+  // the reserve against stream_pool's is printed with -s (docs/planned_pool.md, Limits), not
+  // bounded: it is not within 1% here.
   vram::planned_pool_options options = planned_options();
   options.online.growth_step = 256 << 10;
   std::size_t declined = 0;
   for (adv::mutation m : adv::all_mutations) {
-    INFO("mutation " << adv::name_of(m));
-    auto run = adv::mutated_steps(adv::step_shape{}, m, steps, 6);
-    std::vector<vram::host_stream> streams(3);
-    vram::planned_pool<vram::host_source> planned(vram::host_source{}, options);
-    adv::findings p = adv::run(planned, run, streams, false, 6);
-    check_clean(p);
-    CHECK(planned.stats().live_bytes == 0);
-    declined += planned.summary().plans_declined;
+    for (std::uint64_t seed : {1u, 2u, 3u}) {
+      INFO("mutation " << adv::name_of(m) << ", seed " << seed);
+      auto run = adv::mutated_steps(adv::step_shape{}, m, steps, seed);
+      std::vector<vram::host_stream> streams(3);
+      vram::planned_pool<vram::host_source> planned(vram::host_source{}, options);
+      adv::findings p = adv::run(planned, run, streams, false, seed);
+      check_clean(p);
+      CHECK(planned.stats().live_bytes == 0);
+      declined += planned.summary().plans_declined;
+      vram::stream_pool<vram::host_source> online(vram::host_source{}, options.online);
+      adv::findings o = adv::run(online, run, streams, false, seed);
+      check_clean(o);
+      INFO("reserved over stream_pool's " << double(p.peak_reserved) / double(o.peak_reserved));
+      CHECK(o.peak_reserved > 0);
+    }
   }
   CHECK(declined > 0);
 }

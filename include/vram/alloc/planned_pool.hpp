@@ -157,7 +157,7 @@ class planned_pool : public forward_properties<planned_pool<Upstream>, Upstream>
       case plan_summary::phase::serving: p = allocate_served(s, bytes, align); break;
     }
     ledger_.book(align_up(bytes, quantum), bytes);
-    recording_peak_ = std::max<std::uint64_t>(recording_peak_, ledger_.live);
+    if (phase_ == plan_summary::phase::recording) recording_peak_ = std::max<std::uint64_t>(recording_peak_, ledger_.live);
     return p;
   }
 
