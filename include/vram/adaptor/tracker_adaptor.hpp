@@ -40,8 +40,9 @@ namespace vram {
 /// Events (alloc, free_requested, free_completed, segment_alloc, segment_free, oom) go to a
 /// bounded ring. Every allocation is reported as its own segment: the tracker sees the
 /// upstream's allocations, not a pool's internal segments.
-/// Thread safety: thread-safe; one mutex guards the records (this is a debugging and
-/// accounting tool, not a hot-path counter: use statistics_adaptor for that).
+/// Thread safety: thread-safe; one spin lock guards the records, held for a few dozen
+/// instructions per call (readers copy under it; use statistics_adaptor for a counter that
+/// threads do not share).
 /// Streams: nothing here blocks the calling thread. deallocate(s, ...) records
 /// free_requested at once and free_completed when the stream reaches the free: at once on
 /// the synchronous stream, by a task on a host stream, and on a CUDA stream by an event

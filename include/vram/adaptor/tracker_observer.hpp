@@ -29,7 +29,7 @@ namespace vram {
 /// allocator handed the block out again: the old use is then recorded as freed at that
 /// allocation, and its late free is ignored.
 /// Misuse is the allocator's to report: unknown pointers are ignored here.
-/// Thread safety: thread-safe (one mutex). Cost: as tracker_adaptor, on the allocator's path.
+/// Thread safety: thread-safe (one spin lock). Cost: as tracker_adaptor, on the allocator's path.
 /// OOM: recorded as an oom event, and dumped to options.oom_dump_path when set.
 class tracker_observer {
  public:

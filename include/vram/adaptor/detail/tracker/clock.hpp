@@ -20,7 +20,7 @@
 
 namespace vram::detail::tracker {
 
-/// Not thread-safe: each tracker reads its own under its mutex.
+/// Not thread-safe but for ticks(): each tracker turns readings into times under its mutex.
 ///
 /// Between anchors the time is the last anchor's system time plus the counter's ticks since,
 /// at the rate measured from the first anchor to the last (a baseline that only grows, so the
@@ -34,16 +34,30 @@ class tracker_clock {
  public:
   tracker_clock() noexcept : counter_(invariant_counter()) {}
 
-  [[nodiscard]] std::int64_t now_us() noexcept {
+  [[nodiscard]] std::int64_t now_us() noexcept { return at(ticks()); }
+
+  /// A reading of the counter (0 without one), for at(). Thread-safe: reading the counter is
+  /// most of what a time costs, so the tracker reads it before taking its lock.
+  [[nodiscard]] std::uint64_t ticks() const noexcept {
+#if VRAM_TRACKER_HAS_TSC
+    if (counter_) return __rdtsc();
+#endif
+    return 0;
+  }
+
+  /// The time of a reading from ticks(), taken since the last at(): a reading older than the
+  /// last anchor (another thread took the lock first) gets the last time returned.
+  [[nodiscard]] std::int64_t at(std::uint64_t ticks) noexcept {
 #if VRAM_TRACKER_HAS_TSC
     if (counter_) {
-      const std::uint64_t ticks = __rdtsc();
       const std::uint64_t since = ticks - anchor_ticks_;
       if (since < period_ticks_) [[likely]]
         return monotonic(anchor_us_ + static_cast<std::int64_t>((since * us_per_tick_q32_) >> 32));
+      if (ticks < anchor_ticks_) return last_us_;
       return anchor(ticks);
     }
 #endif
+    (void)ticks;
     return monotonic(tracker_now_us());
   }
 

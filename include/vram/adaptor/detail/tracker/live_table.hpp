@@ -7,6 +7,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <vram/adaptor/tracker_snapshot.hpp>
@@ -18,6 +19,8 @@ namespace vram::detail::tracker {
 /// full, and each key lies between its home bucket and the first empty bucket after it.
 class live_table {
  public:
+  static constexpr std::size_t npos = ~std::size_t{0};
+
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   [[nodiscard]] bool contains(const void* p) const noexcept { return bucket_of(p) != npos; }
 
@@ -26,29 +29,40 @@ class live_table {
     return b == npos ? nullptr : &records_[index_[b].slot];
   }
 
+  /// `p`'s record and false when it is live here; else a new record for `p` (its address
+  /// set, the caller fills the rest) and true. One probe of the index. Throws std::bad_alloc
+  /// having changed nothing.
+  std::pair<tracked_allocation*, bool> find_or_insert(const void* p) {
+    if ((size_ + 1) * 2 > index_.size()) grow();
+    std::size_t b = home(p);
+    for (; index_[b].key != nullptr; b = (b + 1) & mask())
+      if (index_[b].key == p) return {&records_[index_[b].slot], false};
+    return {&insert_at(b, p), true};
+  }
+
   /// A record for `p`, which must not be live here, with its address set; the caller fills the
   /// rest. Throws std::bad_alloc having changed nothing.
   tracked_allocation& insert(const void* p) {
     if ((size_ + 1) * 2 > index_.size()) grow();
-    if (free_.empty()) {
-      // Room in free_ for every slot, so that erase cannot throw.
-      if (free_.capacity() < records_.size() + 1) free_.reserve(2 * records_.size() + 16);
-      records_.emplace_back();
-      free_.push_back(records_.size() - 1);
-    }
-    const std::size_t slot = free_.back();
-    free_.pop_back();
     std::size_t b = home(p);
     while (index_[b].key != nullptr) b = (b + 1) & mask();
-    index_[b] = {p, slot};
-    ++size_;
-    records_[slot].address = p;
-    return records_[slot];
+    return insert_at(b, p);
   }
 
   /// Forgets `p`'s record (live here).
-  void erase(const void* p) noexcept {
-    std::size_t hole = bucket_of(p);
+  void erase(const void* p) noexcept { erase_bucket(bucket_of(p)); }
+
+  /// The bucket of `p`'s record, for record() and erase_bucket(); npos when `p` is not live.
+  [[nodiscard]] std::size_t bucket_of(const void* p) const noexcept {
+    if (size_ == 0 || p == nullptr) return npos;
+    for (std::size_t b = home(p); index_[b].key != nullptr; b = (b + 1) & mask())
+      if (index_[b].key == p) return b;
+    return npos;
+  }
+  [[nodiscard]] tracked_allocation& record(std::size_t bucket) noexcept { return records_[index_[bucket].slot]; }
+
+  /// Forgets the record in `bucket` (from bucket_of, with no insert or erase since); npos: nothing.
+  void erase_bucket(std::size_t hole) noexcept {
     if (hole == npos) return;
     const std::size_t slot = index_[hole].slot;
     records_[slot].address = nullptr;
@@ -78,19 +92,29 @@ class live_table {
     const void* key = nullptr;
     std::size_t slot = 0;
   };
-  static constexpr std::size_t npos = ~std::size_t{0};
+
+  /// Takes a free slot for `p` and indexes it in the empty bucket `b`. Throws std::bad_alloc
+  /// (before the index changes).
+  tracked_allocation& insert_at(std::size_t b, const void* p) {
+    if (free_.empty()) {
+      // Room in free_ for every slot, so that erase cannot throw.
+      if (free_.capacity() < records_.size() + 1) free_.reserve(2 * records_.size() + 16);
+      records_.emplace_back();
+      free_.push_back(records_.size() - 1);
+    }
+    const std::size_t slot = free_.back();
+    free_.pop_back();
+    index_[b] = {p, slot};
+    ++size_;
+    records_[slot].address = p;
+    return records_[slot];
+  }
 
   [[nodiscard]] std::size_t mask() const noexcept { return index_.size() - 1; }
   [[nodiscard]] std::size_t home(const void* p) const noexcept {
     // Fibonacci hashing of the address: its low bits are alignment, its high bits alike.
     const auto h = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p)) * 0x9E3779B97F4A7C15ull;
     return static_cast<std::size_t>(h >> (64 - std::countr_zero(index_.size())));
-  }
-  [[nodiscard]] std::size_t bucket_of(const void* p) const noexcept {
-    if (size_ == 0 || p == nullptr) return npos;
-    for (std::size_t b = home(p); index_[b].key != nullptr; b = (b + 1) & mask())
-      if (index_[b].key == p) return b;
-    return npos;
   }
 
   void grow() {

@@ -2,6 +2,7 @@
 // The tracker's bounded ring of events and its clock. The types it hands out are public, in
 // vram/adaptor/tracker_snapshot.hpp.
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -10,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <vram/adaptor/tracker_snapshot.hpp>
@@ -24,38 +26,91 @@ namespace detail::tracker {
   return duration_cast<microseconds>(system_clock::now().time_since_epoch()).count();
 }
 
-/// A bounded ring: keeps the newest `capacity` events; `dropped()` counts the rest.
+/// One call's events, recorded as one entry of the ring and expanded when read: an
+/// allocation that is its own segment is segment_alloc + alloc; a free completed at once is
+/// free_requested + free_completed (+ segment_free); a completion, free_completed (+
+/// segment_free). One entry per call instead of up to three events is what keeps the ring's
+/// writes a small part of a tracked allocate + free (docs/observability.md, the tracker's cost).
+struct ring_entry {
+  tracker_event event;              // the first event; the others differ in action and stream only
+  std::uint64_t segment_stream = 0;  // the segment_free's stream: the block's allocating stream
+  bool completed = false;            // free_requested: free_completed follows, on event.stream
+  bool segment = false;              // alloc: segment_alloc precedes; a free: segment_free follows
+
+  [[nodiscard]] std::size_t count() const noexcept { return 1 + std::size_t{completed} + std::size_t{segment}; }
+
+  /// Calls f(const tracker_event&) on each of its events, in order.
+  template <class F>
+  void expand(F&& f) const {
+    tracker_event e = event;
+    if (e.action == tracker_action::alloc && segment) {
+      e.action = tracker_action::segment_alloc;
+      f(std::as_const(e));
+      e.action = tracker_action::alloc;
+      f(std::as_const(e));
+      return;
+    }
+    f(std::as_const(e));
+    if (completed) {
+      e.action = tracker_action::free_completed;
+      f(std::as_const(e));
+    }
+    if (segment && e.action == tracker_action::free_completed) {
+      e.action = tracker_action::segment_free;
+      e.stream = segment_stream;
+      f(std::as_const(e));
+    }
+  }
+};
+
+/// A bounded ring of events: keeps the newest `capacity` events; `dropped()` counts the rest.
+/// It stores the newest `capacity` entries, which hold at least as many events (and perhaps
+/// some older ones, which for_each skips): dropping only the entry a push overwrites keeps a
+/// push from reading any other line of the ring. Invariant: events_ is the sum of the stored
+/// entries' counts.
 class tracker_ring {
  public:
-  explicit tracker_ring(std::size_t capacity) : events_(capacity) {}
-  /// The slot of a new event, for the caller to fill in place (the oldest event's when full:
-  /// it counts as dropped); nullptr for a ring of capacity 0 (the event counts as dropped).
-  tracker_event* push() noexcept {
-    if (events_.empty()) {
-      ++dropped_;
-      return nullptr;
-    }
-    if (size_ == events_.size()) ++dropped_;
+  explicit tracker_ring(std::size_t capacity) : entries_(capacity) {}
+
+  /// The entry of a new call's events, for the caller to fill in place (`event` and
+  /// `segment_stream`; `completed` and `segment` as given here, which fix its count); nullptr
+  /// for a ring of capacity 0 (its events count as dropped).
+  ring_entry* push(bool completed, bool segment) noexcept {
+    const std::size_t count = 1 + std::size_t{completed} + std::size_t{segment};
+    pushed_ += count;
+    if (entries_.empty()) return nullptr;
+    ring_entry* e = &entries_[next_];
+    if (size_ == entries_.size()) events_ -= e->count();  // the oldest entry, overwritten
     else ++size_;
-    tracker_event* slot = &events_[next_];
-    next_ = next_ + 1 == events_.size() ? 0 : next_ + 1;
-    return slot;
+    e->completed = completed;
+    e->segment = segment;
+    events_ += count;
+    next_ = next_ + 1 == entries_.size() ? 0 : next_ + 1;
+    return e;
   }
-  /// Oldest first.
+
+  /// Calls f(const tracker_event&) on each kept event, oldest first.
   template <class F>
   void for_each(F&& f) const {
-    std::size_t start = size_ == events_.size() ? next_ : 0;
-    for (std::size_t i = 0; i < size_; ++i) f(events_[(start + i) % events_.size()]);
+    std::size_t skip = events_ - size();
+    std::size_t at = size_ == entries_.size() ? next_ : 0;
+    for (std::size_t i = 0; i < size_; ++i, at = at + 1 == entries_.size() ? 0 : at + 1)
+      entries_[at].expand([&](const tracker_event& e) {
+        if (skip > 0) --skip;
+        else f(e);
+      });
   }
-  [[nodiscard]] std::size_t size() const noexcept { return size_; }
-  [[nodiscard]] std::size_t dropped() const noexcept { return dropped_; }
-  [[nodiscard]] std::size_t capacity() const noexcept { return events_.size(); }
+  /// Events kept.
+  [[nodiscard]] std::size_t size() const noexcept { return std::min(events_, entries_.size()); }
+  [[nodiscard]] std::size_t dropped() const noexcept { return pushed_ - size(); }
+  [[nodiscard]] std::size_t capacity() const noexcept { return entries_.size(); }
 
  private:
-  std::vector<tracker_event> events_;
-  std::size_t next_ = 0;  // where the next event goes
-  std::size_t size_ = 0;  // size_ <= capacity
-  std::size_t dropped_ = 0;
+  std::vector<ring_entry> entries_;  // capacity entries, each holding one event or more
+  std::size_t next_ = 0;             // where the next entry goes
+  std::size_t size_ = 0;             // entries stored, <= capacity
+  std::size_t events_ = 0;           // their events
+  std::size_t pushed_ = 0;           // every event pushed, kept or not
 };
 
 /// "job/model_a/layer" for a tenant: its ancestors' names joined by '/'.

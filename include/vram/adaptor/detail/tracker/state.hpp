@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <vram/core/error_handler.hpp>
+#include <vram/detail/spin_lock.hpp>
 #include <vram/core/event.hpp>
 #include <vram/core/stream_ref.hpp>
 #include <vram/core/tag_scope.hpp>
@@ -69,7 +70,7 @@ struct tracker_state {
   };
 
   tracker_options options;
-  mutable std::mutex mutex;
+  mutable vram::detail::spin_lock mutex;  // held for a few dozen instructions per call; copies for readers
   // Invariants: live_bytes == sum of live[p].bytes;
   //             live.size() == allocations - deallocations;
   //             the ranges [a, a + bytes) of live and pending records are pairwise disjoint.
@@ -84,6 +85,7 @@ struct tracker_state {
   std::vector<std::pair<const void*, std::size_t>> superseded;
   tracker_ring ring;
   std::unique_ptr<tracker_event_log> log;  // options.event_log, or none
+  ring_entry log_entry;                    // where a ring of capacity 0 builds what the log writes
   std::size_t live_bytes = 0, peak_live_bytes = 0;
   std::size_t allocations = 0, deallocations = 0, ooms = 0;
   const char* resource;  // for misuse reports
@@ -99,27 +101,32 @@ struct tracker_state {
     return hash;
   }
 
+  /// Records one call's events: `a` and, as ring_entry says, the free_completed
+  /// (`completed`) and the segment event (`segment`; a segment_free is on `segment_stream`).
   void push(tracker_action a, std::uintptr_t p, std::size_t bytes, std::uint64_t stream, tenant t,
-            std::string_view tag, std::int64_t now, std::uint64_t device_free = 0) noexcept {
+            std::string_view tag, std::int64_t now, bool completed = false, bool segment = false,
+            std::uint64_t segment_stream = 0, std::uint64_t device_free = 0) noexcept {
     // Filled in place: a temporary would be zeroed (its tag array) and copied, per event.
-    auto fill = [&](tracker_event& e) {
-      e.action = a;
-      e.address = p;
-      e.bytes = bytes;
-      e.stream = stream;
-      e.time_us = now;
-      e.thread = thread_hash();
-      e.owner = t;
-      e.device_free = device_free;
-      e.set_tag(tag);
-      if (log) log->write(e);
-    };
-    if (tracker_event* e = ring.push()) [[likely]] {
-      fill(*e);
-    } else if (log) {  // a ring of capacity 0 still feeds the log
-      tracker_event e;
-      fill(e);
+    ring_entry* r = ring.push(completed, segment);
+    if (r == nullptr) [[unlikely]] {
+      if (!log) return;
+      r = &log_entry;
+      r->completed = completed;
+      r->segment = segment;
     }
+    tracker_event& e = r->event;
+    e.action = a;
+    e.address = p;
+    e.bytes = bytes;
+    e.stream = stream;
+    e.time_us = now;
+    e.thread = thread_hash();
+    e.owner = t;
+    e.device_free = device_free;
+    e.set_tag(tag);
+    r->segment_stream = segment_stream;
+    if (log) [[unlikely]]
+      r->expand([&](const tracker_event& x) { log->write(x); });
   }
   bool flush_log() {
     std::lock_guard lock(mutex);
@@ -150,44 +157,48 @@ struct tracker_state {
     }
 #endif
     const char* tag = current_tag();
+    const std::uint64_t ticks = clock.ticks();  // outside the lock (see tracker_clock::ticks)
     std::lock_guard lock(mutex);
     poll_locked();
-    const std::int64_t now = clock.now_us();
-    if (tracked_allocation* old = live.find(p)) {
+    const std::int64_t now = clock.at(ticks);
+    auto [record, added] = live.find_or_insert(p);  // throws bad_alloc having changed nothing
+    tracked_allocation& r = *record;
+    if (!added) {
       if (own_segment) return;  // an upstream handing out a live pointer twice: keep the first record
-      // The allocator handed p out again before the old use's free reached us.
-      superseded.emplace_back(p, old->bytes);
-      push(tracker_action::free_requested, address_of(p), old->bytes, old->stream, old->owner, old->tag, now);
-      push(tracker_action::free_completed, address_of(p), old->bytes, old->stream, old->owner, old->tag, now);
-      live_bytes -= old->bytes;
+      // The allocator handed p out again before the old use's free reached us: the old use
+      // ends here, and its record takes the new one.
+      superseded.emplace_back(p, r.bytes);
+      push(tracker_action::free_requested, address_of(p), r.bytes, r.stream, r.owner, r.tag, now, true);
+      live_bytes -= r.bytes;
       ++deallocations;
-      live.erase(p);
+      r.frames.clear();
     }
     complete_overlapping_locked(address_of(p), bytes, now);
-    tracked_allocation& r = live.insert(p);
     try {
-      r.tag.assign(tag);  // a reused record's string keeps its buffer: no allocation for short tags
+      // A reused record's string keeps its buffer: no allocation for short tags.
+      if (*tag == '\0') r.tag.clear();
+      else r.tag.assign(tag);
     } catch (...) {
-      live.erase(p);
+      live.erase(p);  // a superseded old use stays ended (recorded above)
       throw;
     }
     r.bytes = bytes;
     r.owner = t;
     r.stream = s.key();
     r.time_us = now;
-    r.frames = std::move(frames);
+    if (!frames.empty()) r.frames = std::move(frames);  // a free slot's frames are empty
     live_bytes += bytes;
     peak_live_bytes = std::max(peak_live_bytes, live_bytes);
     ++allocations;
     steps.on_allocate(live_bytes);
-    if (own_segment) push(tracker_action::segment_alloc, address_of(p), bytes, r.stream, t, r.tag, now);
-    push(tracker_action::alloc, address_of(p), bytes, r.stream, t, r.tag, now);
+    push(tracker_action::alloc, address_of(p), bytes, r.stream, t, r.tag, now, false, own_segment);
   }
 
   /// Records free_requested and moves the record to `pending`. `report`: report misuse
   /// (adaptor mode); an observer leaves that to the allocator.
   free_ticket record_free_requested(const void* p, std::size_t bytes, stream_ref s, bool report = true,
                                     bool own_segment = true) noexcept {
+    const std::uint64_t ticks = clock.ticks();  // outside the lock (see tracker_clock::ticks)
     std::lock_guard lock(mutex);
     poll_locked();
     if (!report) {
@@ -197,30 +208,36 @@ struct tracker_state {
         return {};
       }
     }
-    tracked_allocation* it = live.find(p);
-    if (it == nullptr) {
+    const std::size_t bucket = live.bucket_of(p);
+    if (bucket == live_table::npos) {
       if (report) report_misuse({misuse::foreign_pointer, resource, p, bytes, 0});
       return {};
     }
+    tracked_allocation* it = &live.record(bucket);
     if (it->bytes != bytes) {
       if (report) report_misuse({misuse::wrong_size, resource, p, bytes, it->bytes});
       return {};
     }
-    const std::int64_t now = clock.now_us();
-    const tracked_allocation& a = *it;
-    push(tracker_action::free_requested, address_of(p), bytes, s.key(), a.owner, a.tag, now);
+    const std::int64_t now = clock.at(ticks);
+    const tracked_allocation* a = it;  // the record, in `live` or moved to `pending`
     live_bytes -= bytes;
     ++deallocations;
     free_ticket ticket{true, 0};
     if (!s.is_synchronous()) {
-      try {
-        pending.emplace(address_of(p), pending_free{std::move(*it), last_free_id + 1, s.key(), own_segment});
-        ticket.id = ++last_free_id;
-      } catch (...) {  // no host memory to keep it pending: complete it now (below)
+      try {  // try_emplace moves the record only once the node is allocated
+        auto [at, added] = pending.try_emplace(address_of(p), std::move(*it), last_free_id + 1, s.key(), own_segment);
+        if (added) {
+          a = &at->second.block;
+          ticket.id = ++last_free_id;
+        }
+      } catch (...) {  // no host memory to keep it pending: complete it now
       }
     }
-    if (ticket.id == 0) finish(address_of(p), a, s.key(), own_segment, now);
-    live.erase(p);
+    // Completed now (ticket.id == 0): free_requested, free_completed and segment_free in one entry.
+    const bool completed = ticket.id == 0;
+    push(tracker_action::free_requested, address_of(p), bytes, s.key(), a->owner, a->tag, now, completed,
+         completed && own_segment, a->stream);
+    live.erase_bucket(bucket);
     return ticket;
   }
 
@@ -277,6 +294,7 @@ struct tracker_state {
   void complete_overlapping_locked(std::uintptr_t a, std::size_t bytes, std::int64_t now) noexcept {
     // Pending ranges are disjoint, so in address order their ends ascend too: the overlapping
     // ones are those just below a + bytes whose end lies above a.
+    if (pending.empty()) return;
     auto it = pending.lower_bound(a + bytes);
     while (it != pending.begin()) {
       auto prev = std::prev(it);
@@ -288,8 +306,7 @@ struct tracker_state {
 
   void finish(std::uintptr_t a, const tracked_allocation& b, std::uint64_t stream, bool own_segment,
               std::int64_t now) noexcept {
-    push(tracker_action::free_completed, a, b.bytes, stream, b.owner, b.tag, now);
-    if (own_segment) push(tracker_action::segment_free, a, b.bytes, b.stream, b.owner, b.tag, now);
+    push(tracker_action::free_completed, a, b.bytes, stream, b.owner, b.tag, now, false, own_segment, b.stream);
   }
 
   /// An allocator took [p, p + bytes) from its upstream (grow) or gave it back (release).
@@ -313,7 +330,7 @@ struct tracker_state {
       std::lock_guard lock(mutex);
       poll_locked();
       ++ooms;
-      push(tracker_action::oom, 0, bytes, s.key(), t, current_tag(), clock.now_us(), device_free);
+      push(tracker_action::oom, 0, bytes, s.key(), t, current_tag(), clock.now_us(), false, false, 0, device_free);
     }
     if (!options.oom_dump_path.empty()) {
       try {
