@@ -101,9 +101,10 @@ struct tracker_state {
     return hash;
   }
 
-  /// Records one call's events: `a` and, as ring_entry says, the free_completed
+  /// Records one call's events (inlined: on the allocation path the call and its eleven
+  /// arguments cost a tenth of a tracked pair): `a` and, as ring_entry says, the free_completed
   /// (`completed`) and the segment event (`segment`; a segment_free is on `segment_stream`).
-  void push(tracker_action a, std::uintptr_t p, std::size_t bytes, std::uint64_t stream, tenant t,
+  [[gnu::always_inline]] void push(tracker_action a, std::uintptr_t p, std::size_t bytes, std::uint64_t stream, tenant t,
             std::string_view tag, std::int64_t now, bool completed = false, bool segment = false,
             std::uint64_t segment_stream = 0, std::uint64_t device_free = 0) noexcept {
     // Filled in place: a temporary would be zeroed (its tag array) and copied, per event.
