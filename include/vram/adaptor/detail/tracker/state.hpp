@@ -57,6 +57,9 @@ struct tracker_state {
 
   /// A free requested and not yet completed.
   struct pending_free {
+    // A constructor, for try_emplace: nvcc's front end has no parenthesized aggregate init.
+    pending_free(tracked_allocation&& b, std::uint64_t i, std::uint64_t on, bool own) noexcept
+        : block(std::move(b)), id(i), stream(on), own_segment(own) {}
     tracked_allocation block;  // as it was live; block.stream is the allocating stream
     std::uint64_t id;          // tells this free from a later one at the same address
     std::uint64_t stream;      // the stream the free is ordered on
