@@ -45,8 +45,8 @@ class tracker_clock {
     return 0;
   }
 
-  /// The time of a reading from ticks(), taken since the last at(): a reading older than the
-  /// last anchor (another thread took the lock first) gets the last time returned.
+  /// The time of a reading from ticks(). A reading older than the last anchor (another
+  /// thread took the lock first and anchored) gets the last time returned.
   [[nodiscard]] std::int64_t at(std::uint64_t ticks) noexcept {
 #if VRAM_TRACKER_HAS_TSC
     if (counter_) {

@@ -18,12 +18,12 @@
 #include <vector>
 
 #include <vram/core/error_handler.hpp>
-#include <vram/detail/spin_lock.hpp>
 #include <vram/core/event.hpp>
 #include <vram/core/stream_ref.hpp>
 #include <vram/core/tag_scope.hpp>
 #include <vram/core/tenant.hpp>
 #include <vram/core/throw.hpp>
+#include <vram/detail/spin_lock.hpp>
 #include <vram/adaptor/detail/tracker/clock.hpp>
 #include <vram/adaptor/detail/tracker/event_log.hpp>
 #include <vram/adaptor/detail/tracker/export.hpp>
