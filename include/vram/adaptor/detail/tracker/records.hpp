@@ -36,6 +36,7 @@ struct ring_entry {
   std::uint64_t segment_stream = 0;  // the segment_free's stream: the block's allocating stream
   bool completed = false;            // free_requested: free_completed follows, on event.stream
   bool segment = false;              // alloc: segment_alloc precedes; a free: segment_free follows
+                                     // (a free_requested has it only with `completed`)
 
   [[nodiscard]] std::size_t count() const noexcept { return 1 + std::size_t{completed} + std::size_t{segment}; }
 
