@@ -18,8 +18,8 @@ namespace {
 
 double ratio(const vram::trace::step_figures& s) { return double(s.peak_reserved_bytes) / double(s.peak_live_bytes); }
 
-const vram::trace::decoder_model& gpt2() {
-  static const vram::trace::decoder_model m = *vram::trace::find_preset("gpt2");
+const vram::trace::transformer_model& gpt2() {
+  static const vram::trace::transformer_model m = *vram::trace::find_preset("gpt2");
   return m;
 }
 

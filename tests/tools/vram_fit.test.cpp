@@ -151,7 +151,7 @@ TEST_CASE("vram-fit: the largest batch and sequence replay without a refusal at 
                                      run_mode::lora, 1, 1024}}) {
     INFO(c.args);
     const auto a = answer(c.args);
-    const decoder_model model = *find_preset(c.preset);
+    const transformer_model model = *find_preset(c.preset);
     step_options asked;  // the run the flags ask for
     asked.mode = c.mode;
     asked.batch = c.batch;
@@ -369,7 +369,7 @@ std::uint64_t own_peak(const vram::trace::parallel_plan& plan, vram::trace::cate
 
 TEST_CASE("generator: sharded parameters are gathered around their use, whole for shard-grad-op") {
   using namespace vram::trace;
-  const decoder_model m = *find_preset("llama-2-70b");
+  const transformer_model m = *find_preset("llama-2-70b");
   const std::uint64_t part = llama_70b / 8;
   // The root unit (embedding, final norm, head) is gathered for the whole pass, in bf16.
   const std::uint64_t root = 2 * (2 * m.vocab * m.hidden + m.hidden), layer = 2 * m.layer_parameters();
@@ -405,7 +405,7 @@ TEST_CASE("vram-fit: offloading leaves the device only what is computed with") {
 }
 
 TEST_CASE("vram-fit: Megatron's tensor-parallel share, counted from the shapes") {
-  const vram::trace::decoder_model m = *vram::trace::find_preset("llama-2-70b");
+  const vram::trace::transformer_model m = *vram::trace::find_preset("llama-2-70b");
   const std::uint64_t tp = 8, h = m.hidden, kv = m.kv_heads * (h / m.heads), f = m.ffn;
   // Per layer: two norms whole; q and o (h x h), k and v (h x kv), the MLP's three (h x f) split.
   const std::uint64_t layer = 2 * h + (2 * h * h + 2 * h * kv + 3 * h * f) / tp;
@@ -418,7 +418,7 @@ TEST_CASE("vram-fit: Megatron's tensor-parallel share, counted from the shapes")
 
 TEST_CASE("generator: a 1F1B pipeline stage holds the activations of its micro-batches in flight") {
   using namespace vram::trace;
-  const decoder_model m = *find_preset("llama-2-7b");
+  const transformer_model m = *find_preset("llama-2-7b");
   step_options o;
   o.batch = 8;
   o.sequence = 512;

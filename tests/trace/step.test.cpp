@@ -14,7 +14,7 @@ using namespace vram::trace;
 
 namespace {
 
-decoder_model preset(const char* name) {
+transformer_model preset(const char* name) {
   auto m = find_preset(name);
   REQUIRE(m.has_value());
   return *m;
@@ -52,7 +52,7 @@ TEST_CASE("presets have their published parameter counts") {
 }
 
 TEST_CASE("each category holds the bytes the model and the run imply") {
-  const decoder_model m = preset("gpt2");
+  const transformer_model m = preset("gpt2");
   const std::uint64_t p = m.parameters();
   step_options o;
   o.batch = 2;
@@ -106,7 +106,7 @@ TEST_CASE("each category holds the bytes the model and the run imply") {
     CHECK(peak_by_category(generate_step(m, o)).own_peak[0] == matrices / 2 + 2 * (p - matrices));
   }
   SECTION("inference: a KV cache of 2 x layers x sequences x length x kv width") {
-    const decoder_model llama = preset("llama-3-8b");  // grouped-query: 8 of 32 heads
+    const transformer_model llama = preset("llama-3-8b");  // grouped-query: 8 of 32 heads
     o.mode = run_mode::inference;
     o.batch = 3;
     o.sequence = 4096;
@@ -163,7 +163,7 @@ TEST_CASE("no remedy vram-fit offers raises peak live") {
   serving.batch = 6;
   for (const config& c : {config{"gpt2-medium", training}, config{"gpt2", fp32}, config{"llama-2-7b", lora},
                           config{"llama-3-8b", serving}}) {
-    const decoder_model m = preset(c.preset);
+    const transformer_model m = preset(c.preset);
     const std::uint64_t base = peak_by_category(generate_step(m, c.run)).peak_live;
     auto remedies = vram_fit::remedies_for(c.run);
     CHECK(remedies.size() >= 3);
@@ -179,7 +179,7 @@ TEST_CASE("no remedy vram-fit offers raises peak live") {
 }
 
 TEST_CASE("impossible shapes and runs are refused naming the field") {
-  auto refused_with = [](const decoder_model& m, const step_options& o, const char* field) {
+  auto refused_with = [](const transformer_model& m, const step_options& o, const char* field) {
     try {
       (void)generate_step(m, o);
       FAIL("accepted");
@@ -188,7 +188,7 @@ TEST_CASE("impossible shapes and runs are refused naming the field") {
       CHECK(std::string(e.what()).find(field) != std::string::npos);
     }
   };
-  decoder_model m = preset("gpt2");
+  transformer_model m = preset("gpt2");
   step_options o;
   m.heads = 7;
   refused_with(m, o, "heads");
@@ -213,7 +213,7 @@ TEST_CASE("impossible shapes and runs are refused naming the field") {
 }
 
 TEST_CASE("forward mode: one pass, nothing kept but the weights and, under autocast, their cached bf16 copies") {
-  const decoder_model m = preset("llama-2-7b");
+  const transformer_model m = preset("llama-2-7b");
   step_options o;
   o.mode = run_mode::forward;
   o.batch = 1;
@@ -247,7 +247,7 @@ step_options nf4_run(run_mode mode, std::uint64_t sequence) {
 }  // namespace
 
 TEST_CASE("a 4-bit base under bitsandbytes before 0.43.2: each product's input kept until the next loss") {
-  const decoder_model m = *find_preset("llama-2-7b");
+  const transformer_model m = *find_preset("llama-2-7b");
   step_options o = nf4_run(run_mode::lora, 256);
   o.flash_attention = true;
   o.steps = 1;
@@ -275,7 +275,7 @@ TEST_CASE("a 4-bit base under bitsandbytes before 0.43.2: each product's input k
 }
 
 TEST_CASE("a 4-bit head, and dequantization from fp16: the head's packed bytes, two copies at a cast") {
-  const decoder_model m = *find_preset("llama-2-7b");
+  const transformer_model m = *find_preset("llama-2-7b");
   step_options o = nf4_run(run_mode::inference, 60);
   o.decode_steps = 50;
   const auto peak = [&](const step_options& run) { return peak_by_category(generate_step(m, run)); };
@@ -292,7 +292,7 @@ TEST_CASE("a 4-bit head, and dequantization from fp16: the head's packed bytes, 
 }
 
 TEST_CASE("bitsandbytes' PagedAdamW keeps the states of large tensors off the device") {
-  const decoder_model m = *find_preset("llama-2-7b");
+  const transformer_model m = *find_preset("llama-2-7b");
   step_options o;
   o.mode = run_mode::lora;
   o.lora_rank = 32;  // A: 32 x 4096 = 131,072 elements (paged); B: 4096 x 32 too

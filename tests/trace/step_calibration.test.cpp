@@ -19,7 +19,7 @@ TEST_CASE("the generated step of the recorded GPT-2-medium-shaped model peaks wi
   // and head of vocabulary 10,000 (6 blocks of 40,960,000 bytes), rotary positions; batch 4 of
   // 1024 tokens with 16 heads (attention scores of 4 x 16 x 1024^2 x 4 bytes = 256 MiB in
   // fp32 and 128 MiB in bf16: autocast over fp32 weights).
-  decoder_model m{"cs336-medium", 24, 1024, 16, 16, 4096, 10000, 0, mlp_kind::swiglu, false, false};
+  transformer_model m{"cs336-medium", 24, 1024, 16, 16, 4096, 10000, 0, mlp_kind::swiglu, false, false};
   step_options o;
   o.batch = 4;
   o.sequence = 1024;

@@ -123,7 +123,7 @@ TEST_CASE("bitsandbytes' double quantization saves what litgpt's nf4-dq rows mea
   // litgpt's tables: nf4 less nf4-dq is 0.30 GB in QLoRA and 0.31 GB in inference for Llama-2-7B.
   step_options plain = litgpt_four_bit(serving(number_format::nf4)), dq = plain;
   dq.double_quant = true;
-  const decoder_model m = *find_preset("llama-2-7b");
+  const transformer_model m = *find_preset("llama-2-7b");
   const double saved = double(peak_by_category(generate_step(m, plain)).peak_live) -
                        double(peak_by_category(generate_step(m, dq)).peak_live);
   INFO(saved / 1e9 << " GB");

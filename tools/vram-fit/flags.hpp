@@ -89,10 +89,10 @@ struct input_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// `what` of a model's or a run's validate() (`vram: decoder_model: layers must be ...`) in
+/// `what` of a model's or a run's validate() (`vram: transformer_model: layers must be ...`) in
 /// the words of the command line: the flag for each field.
 std::string as_asked(std::string what) {
-  for (const char* prefix : {"vram: decoder_model: ", "vram: step_options: "})
+  for (const char* prefix : {"vram: transformer_model: ", "vram: step_options: "})
     if (what.starts_with(prefix)) what.erase(0, std::string_view(prefix).size());
   static const std::pair<const char*, const char*> flags[] = {
       {"micro_batch", "--micro-batch"}, {"checkpoint_every", "--checkpoint"}, {"lora_rank", "--lora-rank"},
@@ -208,7 +208,7 @@ const char* optimizer_name(optimizer_kind o) {
 
 /// A model from a JSON file: vram-fit's keys (layers, hidden, ...) or a Hugging Face config
 /// (num_hidden_layers, hidden_size, ... for Llama-style; n_layer, n_embd, ... for GPT-2).
-decoder_model read_model(const std::string& path) {
+transformer_model read_model(const std::string& path) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
   if (status.type() == std::filesystem::file_type::not_found) throw input_error("--model " + path + ": no such file");
@@ -252,7 +252,7 @@ decoder_model read_model(const std::string& path) {
   };
   const auto* type = v.find("model_type");
   const bool gpt2 = type != nullptr && type->is_string() && type->string == "gpt2";
-  decoder_model m;
+  transformer_model m;
   m.name = path;
   m.layers = need(count({"layers", "num_hidden_layers", "n_layer"}), "layers");
   m.hidden = need(count({"hidden", "hidden_size", "n_embd"}), "hidden");
@@ -284,7 +284,7 @@ struct sharding_flags {
 
 /// What was asked.
 struct request {
-  decoder_model model;
+  transformer_model model;
   step_options run;
   sharding_flags sharding;
   std::vector<double> cards_gib = {24, 48, 80, 141};
@@ -299,7 +299,7 @@ request parse(const std::vector<std::string>& args) {
   request q;
   bool fabric = false;             // --quantizer fabric
   std::uint64_t bnb = 999'999'999;  // --bitsandbytes: the newest rules unless asked
-  std::optional<decoder_model> base;
+  std::optional<transformer_model> base;
   std::map<std::string, std::string> shape;  // flags that set or override the model
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -413,7 +413,7 @@ request parse(const std::vector<std::string>& args) {
   // before 0.43; Lightning Fabric's _Linear4bit quantizes from fp16 and converts the head too.
   q.run.four_bit = {bnb < 43'002, bnb < 43'000 || fabric, fabric};
   if (!base && shape.empty()) throw usage_error("no model: give --preset, --model or the shape flags");
-  decoder_model m = base.value_or(decoder_model{});
+  transformer_model m = base.value_or(transformer_model{});
   for (const auto& [flag, text] : shape) {
     if (flag == "--layers") m.layers = parse_count(flag, text);
     else if (flag == "--hidden") m.hidden = parse_count(flag, text);

@@ -246,7 +246,7 @@ int answer(const request& q) {
 
 void list_presets() {
   for (const model_preset& p : model_presets()) {
-    const decoder_model& m = p.model;
+    const transformer_model& m = p.model;
     std::printf("%-12s %6.2fB params  layers %llu, hidden %llu, heads %llu/%llu kv, ffn %llu (%s), vocab %llu  [%s]\n",
                 m.name.c_str(), double(m.parameters()) / 1e9, (unsigned long long)m.layers,
                 (unsigned long long)m.hidden, (unsigned long long)m.heads, (unsigned long long)m.kv_heads,

@@ -70,7 +70,7 @@ std::size_t unbounded_for(const category_peak& peak) {
 }
 
 /// A model and a run as a key, for remembering what the run needs.
-std::string key_of(const decoder_model& m, const step_options& o) {
+std::string key_of(const transformer_model& m, const step_options& o) {
   std::ostringstream k;
   k << m.layers << ' ' << m.hidden << ' ' << m.heads << ' ' << m.kv_heads << ' ' << m.ffn << ' ' << m.vocab << ' '
     << m.positions << ' ' << int(m.mlp) << ' ' << m.biases << ' ' << m.tied_embeddings << " | " << int(o.mode) << ' ' << o.batch << ' ' << o.sequence << ' ' << o.micro_batch << ' ' << int(o.weights) << ' '
@@ -98,7 +98,7 @@ std::vector<step_options> ranks_of(const step_options& o) {
 /// What one rank of run `o` reserves on `allocator` when nothing refuses it, remembered per run
 /// and allocator (the remedies and their combinations ask for the same runs on every card);
 /// `peak` its live bytes, `returned` whether the allocator freed memory back to the device.
-std::uint64_t rank_needs(const decoder_model& m, const step_options& o, const vram_replay::allocator_config& allocator,
+std::uint64_t rank_needs(const transformer_model& m, const step_options& o, const vram_replay::allocator_config& allocator,
                          category_peak* peak = nullptr, bool* returned = nullptr) {
   struct need {
     outcome unbounded;
@@ -118,7 +118,7 @@ std::uint64_t rank_needs(const decoder_model& m, const step_options& o, const vr
 }
 
 /// The rank of run `o` (ranks_of) that needs the most on `allocator`: a pipeline's worst stage.
-step_options worst_rank(const decoder_model& m, const step_options& o, const vram_replay::allocator_config& allocator) {
+step_options worst_rank(const transformer_model& m, const step_options& o, const vram_replay::allocator_config& allocator) {
   std::vector<step_options> ranks = ranks_of(o);
   std::size_t worst = 0;
   for (std::size_t i = 1; i < ranks.size(); ++i)
@@ -127,7 +127,7 @@ step_options worst_rank(const decoder_model& m, const step_options& o, const vra
 }
 
 /// What the worst rank of run `o` reserves on `allocator` when nothing refuses it.
-std::uint64_t needs_of(const decoder_model& m, const step_options& o, const vram_replay::allocator_config& allocator,
+std::uint64_t needs_of(const transformer_model& m, const step_options& o, const vram_replay::allocator_config& allocator,
                        category_peak* peak = nullptr) {
   return rank_needs(m, worst_rank(m, o, allocator), allocator, peak);
 }
@@ -140,7 +140,7 @@ std::uint64_t needs_of(const decoder_model& m, const step_options& o, const vram
 /// replay is the unbounded one. Where the allocator frees to the device (`upstream`), its
 /// address space fragments, and a request can be refused with fewer bytes reserved than the
 /// card holds: the capped replay decides.
-bool fits_on(const decoder_model& m, const step_options& o, std::size_t capacity,
+bool fits_on(const transformer_model& m, const step_options& o, std::size_t capacity,
              const vram_replay::allocator_config& allocator) {
   static std::map<std::string, bool> known;
   for (const step_options& rank : ranks_of(o)) {

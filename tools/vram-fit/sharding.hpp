@@ -89,7 +89,7 @@ struct model_states {
   [[nodiscard]] std::uint64_t total() const { return weights + gradients + optimizer; }
 };
 
-model_states model_states_of(const decoder_model& m, const step_options& o) {
+model_states model_states_of(const transformer_model& m, const step_options& o) {
   const parallel_plan& p = o.parallel;
   const std::uint64_t psi = rank_parameters(m, p), shard = (psi + p.shards - 1) / p.shards;
   const std::uint64_t w = bytes_of(o.weights, 1);
@@ -119,7 +119,7 @@ std::string strategy_name(const sharding_flags& f) {
 const char* offload_name(offload_kind k) { return k == offload_kind::none ? "none" : k == offload_kind::optimizer ? "optimizer" : "params"; }
 
 /// The lines that say which figures are one rank's and how each is split.
-std::string sharding_lines(const request& q, const decoder_model& m, const step_options& worst) {
+std::string sharding_lines(const request& q, const transformer_model& m, const step_options& worst) {
   const sharding_flags& f = q.sharding;
   const parallel_plan& p = worst.parallel;
   std::ostringstream s;

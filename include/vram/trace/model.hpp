@@ -1,5 +1,5 @@
 #pragma once
-// vram::trace::decoder_model: the shape of a decoder-only transformer (GPT-2 style or
+// vram::trace::transformer_model: the shape of a decoder-only transformer (GPT-2 style or
 // Llama style), its exact parameter count, and published configurations by name. What
 // vram-fit and the step generator (vram/trace/step.hpp) build a model's memory from.
 
@@ -21,7 +21,7 @@ enum class mlp_kind : std::uint8_t {
 /// A decoder-only transformer. The two families differ in four switches: learned position
 /// embeddings (GPT-2) or rotary ones (Llama, none stored); biases on every linear layer and
 /// norm (GPT-2's LayerNorm) or none (Llama's RMSNorm); the MLP; tied or separate embeddings.
-struct decoder_model {
+struct transformer_model {
   std::string name = "custom";
   std::uint64_t layers = 0;
   std::uint64_t hidden = 0;
@@ -95,7 +95,7 @@ struct decoder_model {
   /// Throws vram::invalid_argument naming the field when the shape is impossible or absurd.
   void validate() const {
     auto need = [](bool ok, const std::string& what) {
-      if (!ok) detail::throw_invalid_argument("decoder_model", what.c_str());
+      if (!ok) detail::throw_invalid_argument("transformer_model", what.c_str());
     };
     constexpr std::uint64_t big = std::uint64_t{1} << 20;  // no published model has a dimension near it
     need(layers >= 1 && layers <= 4096, "layers must be 1 to 4096 (is " + std::to_string(layers) + ")");
@@ -113,7 +113,7 @@ struct decoder_model {
 
 /// A published configuration, with where its numbers come from.
 struct model_preset {
-  decoder_model model;
+  transformer_model model;
   const char* source;
 };
 
@@ -122,11 +122,11 @@ struct model_preset {
 /// 8B with grouped-query attention), as their published config.json files give them.
 inline const std::vector<model_preset>& model_presets() {
   auto gpt2 = [](const char* name, std::uint64_t layers, std::uint64_t hidden, std::uint64_t heads) {
-    return decoder_model{name, layers, hidden, heads, heads, 4 * hidden, 50257, 1024, mlp_kind::gelu, true, true};
+    return transformer_model{name, layers, hidden, heads, heads, 4 * hidden, 50257, 1024, mlp_kind::gelu, true, true};
   };
   auto llama = [](const char* name, std::uint64_t layers, std::uint64_t hidden, std::uint64_t heads,
                   std::uint64_t kv_heads, std::uint64_t ffn, std::uint64_t vocab) {
-    return decoder_model{name, layers, hidden, heads, kv_heads, ffn, vocab, 0, mlp_kind::swiglu, false, false};
+    return transformer_model{name, layers, hidden, heads, kv_heads, ffn, vocab, 0, mlp_kind::swiglu, false, false};
   };
   static const std::vector<model_preset> presets = {
       {gpt2("gpt2", 12, 768, 12), "openai-community/gpt2, config.json (n_layer 12, n_embd 768, n_head 12)"},
@@ -142,7 +142,7 @@ inline const std::vector<model_preset>& model_presets() {
 }
 
 /// The preset named `name`, if there is one.
-[[nodiscard]] inline std::optional<decoder_model> find_preset(std::string_view name) {
+[[nodiscard]] inline std::optional<transformer_model> find_preset(std::string_view name) {
   for (const model_preset& p : model_presets())
     if (p.model.name == name) return p.model;
   return std::nullopt;

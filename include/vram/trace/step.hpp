@@ -168,7 +168,7 @@ struct step_options {
   parallel_plan parallel;  ///< training: one rank of a sharded run
 
   /// Throws vram::invalid_argument naming the field when the combination cannot run.
-  void validate(const decoder_model& m) const {
+  void validate(const transformer_model& m) const {
     auto need = [](bool ok, const std::string& what) {
       if (!ok) detail::throw_invalid_argument("step_options", what.c_str());
     };
@@ -206,9 +206,9 @@ struct step_options {
 /// degree): all of them on one stage; else the embedding (and positions) on the first stage,
 /// the final norm and the head on the last, a tied head there as a copy of the embedding (as
 /// Megatron keeps it).
-[[nodiscard]] inline std::vector<decoder_model::tensor> rank_outer_tensors(const decoder_model& m,
+[[nodiscard]] inline std::vector<transformer_model::tensor> rank_outer_tensors(const transformer_model& m,
                                                                            const parallel_plan& p) {
-  std::vector<decoder_model::tensor> all = m.outer_tensors(p.tensor), out;
+  std::vector<transformer_model::tensor> all = m.outer_tensors(p.tensor), out;
   if (p.pipeline == 1) return all;
   const std::size_t inputs = m.positions != 0 ? 2 : 1;
   if (p.first_stage()) out.assign(all.begin(), all.begin() + std::ptrdiff_t(inputs));
@@ -219,7 +219,7 @@ struct step_options {
   return out;
 }
 /// The parameters one rank computes with: Ψ of the ZeRO formulas for that rank.
-[[nodiscard]] inline std::uint64_t rank_parameters(const decoder_model& m, const parallel_plan& p) {
+[[nodiscard]] inline std::uint64_t rank_parameters(const transformer_model& m, const parallel_plan& p) {
   std::uint64_t n = m.layers / p.pipeline * m.layer_parameters(p.tensor);
   for (const auto& t : rank_outer_tensors(m, p)) n += t.elements;
   return n;
@@ -277,7 +277,7 @@ struct category_peak {
 namespace vram::detail::trace {
 
 using vram::trace::category;
-using vram::trace::decoder_model;
+using vram::trace::transformer_model;
 using vram::trace::mlp_kind;
 using vram::trace::number_format;
 using vram::trace::optimizer_kind;
@@ -312,7 +312,7 @@ inline std::uint64_t activation_bytes(const step_options& o) {
 
 /// What the optimizer trains, in elements: every tensor (module order: the outer tensors,
 /// then layer by layer), or the adapters (A: r x in, B: out x r) of q, k, v and o per layer.
-inline std::vector<std::uint64_t> trained_tensors(const decoder_model& m, const step_options& o) {
+inline std::vector<std::uint64_t> trained_tensors(const transformer_model& m, const step_options& o) {
   std::vector<std::uint64_t> out;
   const vram::trace::parallel_plan& p = o.parallel;
   if (o.mode == run_mode::training) {
@@ -335,7 +335,7 @@ inline number_format trained_format(const step_options& o) {
 
 /// A sharded run's partition of the rank's parameters: ceil(Ψ / shards) elements (DeepSpeed
 /// pads its flat buffers to a multiple of the ranks).
-inline std::uint64_t shard_elements(const decoder_model& m, const step_options& o) {
+inline std::uint64_t shard_elements(const transformer_model& m, const step_options& o) {
   const std::uint64_t n = rank_parameters(m, o.parallel), d = o.parallel.shards;
   return (n + d - 1) / d;
 }
@@ -353,13 +353,13 @@ inline bool is_four_bit(const step_options& o) {
   return o.weights == number_format::nf4 || o.weights == number_format::fp4;
 }
 /// A separate head stored in 4 bits (four_bit_options::head); a tied head is the embedding.
-inline bool quantized_head(const decoder_model& m, const step_options& o) {
+inline bool quantized_head(const transformer_model& m, const step_options& o) {
   return is_four_bit(o) && o.four_bit.head && !m.tied_embeddings && o.parallel.last_stage();
 }
 
 /// The model's weights (and LoRA adapters), one allocation per tensor, in module order; with
 /// sharded parameters, the rank's partition (none on the device when it is offloaded).
-inline std::vector<std::uint64_t> allocate_weights(step_builder& g, const decoder_model& m, const step_options& o) {
+inline std::vector<std::uint64_t> allocate_weights(step_builder& g, const transformer_model& m, const step_options& o) {
   std::vector<std::uint64_t> ids;
   const vram::trace::parallel_plan& p = o.parallel;
   if (p.shards_parameters()) {
@@ -367,12 +367,12 @@ inline std::vector<std::uint64_t> allocate_weights(step_builder& g, const decode
       ids.push_back(g.alloc(category::weights, bytes_of(sharded_format(o), shard_elements(m, o))));
     return ids;
   }
-  auto put = [&](const decoder_model::tensor& t) {
+  auto put = [&](const transformer_model::tensor& t) {
     const bool quantized = is_quantized(o.weights);
     ids.push_back(g.alloc(category::weights, quantized && !t.matrix ? bytes_of(number_format::bf16, t.elements)
                                                                     : stored_bytes(o.weights, t.elements, t.rows, o.double_quant)));
   };
-  const std::vector<decoder_model::tensor> outer = vram::trace::rank_outer_tensors(m, p);
+  const std::vector<transformer_model::tensor> outer = vram::trace::rank_outer_tensors(m, p);
   for (std::size_t i = 0; i < outer.size(); ++i)
     if (i + 1 == outer.size() && quantized_head(m, o)) put({outer[i].elements, true, m.vocab});
     else put(outer[i]);
@@ -390,19 +390,19 @@ inline bool autocast_caches(const step_options& o) {
   return o.autocast && o.weights == number_format::fp32 && o.mode != run_mode::lora;
 }
 /// Bytes of the bf16 copies autocast makes of one layer's linear weights, and of the head.
-inline std::uint64_t cached_layer_bytes(const decoder_model& m, std::uint64_t tp = 1) {
+inline std::uint64_t cached_layer_bytes(const transformer_model& m, std::uint64_t tp = 1) {
   return 2 * m.layer_linear_parameters(tp);
 }
-inline std::uint64_t cached_head_bytes(const decoder_model& m, std::uint64_t tp = 1) {
+inline std::uint64_t cached_head_bytes(const transformer_model& m, std::uint64_t tp = 1) {
   return 2 * ((m.vocab + tp - 1) / tp) * m.hidden;
 }
 /// A 4-bit base is dequantized before each product (bitsandbytes' MatMul4Bit): one weight at
 /// a time, the largest of a layer being the MLP's (four_bit::dequantized_bytes).
-inline std::uint64_t dequantized_bytes(const decoder_model& m, const step_options& o) {
+inline std::uint64_t dequantized_bytes(const transformer_model& m, const step_options& o) {
   return is_four_bit(o) ? four_bit::dequantized_bytes(m.hidden * std::max(m.ffn, m.hidden), o.four_bit.from_fp16) : 0;
 }
 /// ... and the head, when it is quantized too.
-inline std::uint64_t dequantized_head_bytes(const decoder_model& m, const step_options& o) {
+inline std::uint64_t dequantized_head_bytes(const transformer_model& m, const step_options& o) {
   return quantized_head(m, o) ? four_bit::dequantized_bytes(m.vocab * m.hidden, o.four_bit.from_fp16) : 0;
 }
 
@@ -411,7 +411,7 @@ inline std::uint64_t dequantized_head_bytes(const decoder_model& m, const step_o
 /// Decoding is capped at the sequence (a sequence of 1 is one decoding step and no prompt).
 /// Forward: one pass of the whole sequence under no_grad, no cache, logits for every token.
 /// Autocast's cached copies of fp32 weights live from their first use to the region's end.
-inline void serve(step_builder& g, const decoder_model& m, const step_options& o) {
+inline void serve(step_builder& g, const transformer_model& m, const step_options& o) {
   using c = category;
   const std::uint64_t h = m.hidden, kv = m.kv_width(), ab = activation_bytes(o);
   const bool forward_only = o.mode == run_mode::forward;
@@ -467,7 +467,7 @@ inline void serve(step_builder& g, const decoder_model& m, const step_options& o
 /// share, runs the micro-batches 1F1B (the forwards of as many as the stage holds in flight,
 /// then a backward and a forward in turn), gathers sharded parameters around their use and
 /// reduces each layer's gradient into its partition (docs/fit.md, "Sharded training").
-inline void train(step_builder& g, const decoder_model& m, const step_options& o) {
+inline void train(step_builder& g, const transformer_model& m, const step_options& o) {
   using c = category;
   using vram::trace::offload_kind;
   using vram::trace::shard_kind;
@@ -719,7 +719,7 @@ namespace vram::trace {
 
 /// The trace of `o.steps` optimizer steps (training, lora) or of one prefill and
 /// `o.decode_steps` decoding steps (inference) of model `m`. Validates both first.
-[[nodiscard]] inline step_trace generate_step(const decoder_model& m, const step_options& o) {
+[[nodiscard]] inline step_trace generate_step(const transformer_model& m, const step_options& o) {
   m.validate();
   o.validate(m);
   detail::trace::step_builder g(m.name);
@@ -734,7 +734,7 @@ namespace vram::trace {
 /// second step of `o` (zero_grad first, so the first step's gradients and the optimizer state
 /// are live at its start, with the weights), and its own gradients live at its end.
 /// trace::repeat_steps makes it a loop whose gradients cross every step boundary.
-[[nodiscard]] inline trace training_loop_step(const decoder_model& m, step_options o) {
+[[nodiscard]] inline trace training_loop_step(const transformer_model& m, step_options o) {
   o.mode = run_mode::training;
   o.steps = 2;
   o.zero_grad_first = true;

@@ -27,7 +27,7 @@ namespace vram::detail::trace::four_bit {
 /// The inputs of one layer's products, by width, that MatMul4Bit keeps: q, k and v's (one
 /// tensor: litgpt fuses them, Hugging Face's three projections share it), the output
 /// projection's, the MLP's first products' (gate and up share one) and its last product's.
-[[nodiscard]] inline std::array<std::uint64_t, 4> kept_input_widths(const vram::trace::decoder_model& m) {
+[[nodiscard]] inline std::array<std::uint64_t, 4> kept_input_widths(const vram::trace::transformer_model& m) {
   return {m.hidden, m.hidden, m.hidden, m.ffn};
 }
 
