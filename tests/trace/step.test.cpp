@@ -3,6 +3,8 @@
 // never raising peak live.
 #include <catch2/catch.hpp>
 
+#include "support/generated_steps.hpp"
+
 #include <cstdint>
 #include <string>
 
@@ -12,31 +14,8 @@
 
 using namespace vram::trace;
 
-namespace {
-
-transformer_model preset(const char* name) {
-  auto m = find_preset(name);
-  REQUIRE(m.has_value());
-  return *m;
-}
-
-/// Every allocation is freed once, after it was made (the replay engine's contract).
-void check_balanced(const step_trace& s) {
-  std::vector<int> state(s.category_of.size(), 0);
-  for (const event& e : s.t.events) {
-    REQUIRE(e.id < state.size());
-    if (e.kind == event::op::alloc) {
-      REQUIRE(state[e.id] == 0);
-      state[e.id] = 1;
-    } else {
-      REQUIRE(state[e.id] == 1);
-      state[e.id] = 2;
-    }
-  }
-  for (int x : state) REQUIRE(x == 2);
-}
-
-}  // namespace
+using vram::test::check_balanced;
+using vram::test::preset;
 
 TEST_CASE("presets have their published parameter counts") {
   // The counts Hugging Face reports for these checkpoints (model.num_parameters()).
@@ -162,7 +141,8 @@ TEST_CASE("no remedy vram-fit offers raises peak live") {
   serving.mode = run_mode::inference;
   serving.batch = 6;
   for (const config& c : {config{"gpt2-medium", training}, config{"gpt2", fp32}, config{"llama-2-7b", lora},
-                          config{"llama-3-8b", serving}}) {
+                          config{"llama-3-8b", serving}, config{"mixtral-8x7b", lora}, config{"mixtral-8x7b", serving},
+                          config{"bert-base-uncased", training}}) {
     const transformer_model m = preset(c.preset);
     const std::uint64_t base = peak_by_category(generate_step(m, c.run)).peak_live;
     auto remedies = vram_fit::remedies_for(c.run);

@@ -35,10 +35,14 @@ const char* usage =
     "\n"
     "model (one of):\n"
     "  --preset NAME          gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-2-7b, llama-2-13b,\n"
-    "                         llama-2-70b, llama-3-8b (--list-presets: their shapes and sources)\n"
+    "                         llama-2-70b, llama-3-8b, mixtral-8x7b, bert-base-uncased,\n"
+    "                         bert-large-uncased (--list-presets: their shapes and sources)\n"
     "  --model FILE.json      a Hugging Face config.json, or vram-fit's own keys (as the flags)\n"
     "  --layers N --hidden N --heads N [--kv-heads N] --ffn N --vocab N [--positions N]\n"
-    "  [--mlp gelu|swiglu] [--biases yes|no] [--tied yes|no]   (each also overrides a preset)\n"
+    "  [--mlp gelu|swiglu] [--biases yes|no] [--tied yes|no]\n"
+    "  [--experts N --experts-per-token K]   a mixture of experts: N MLPs a layer, K per token\n"
+    "  [--encoder yes|no]     a BERT-style encoder (no KV cache: --mode forward, not inference)\n"
+    "                         (each shape flag also overrides a preset)\n"
     "run:\n"
     "  --mode training|lora|inference|forward   (default training: every weight trained;\n"
     "                                   forward: one pass under no_grad, no KV cache)\n"
@@ -100,7 +104,8 @@ std::string as_asked(std::string what) {
       {"sequence", "--sequence"},       {"layers", "--layers"},               {"hidden", "--hidden"},
       {"heads", "--heads"},             {"ffn", "--ffn"},                     {"vocab", "--vocab"},
       {"positions", "--positions"},     {"weights", "--weights"},             {"tensor parallel degree", "--tp"},
-      {"pipeline stages", "--pp"}};
+      {"pipeline stages", "--pp"},      {"experts_per_token", "--experts-per-token"},
+      {"experts", "--experts"}};
   for (const auto& [field, flag] : flags)  // longer names first: micro_batch before batch
     for (std::size_t at = 0; (at = what.find(field, at)) != std::string::npos;) {
       const std::size_t end = at + std::string_view(field).size();
@@ -207,7 +212,8 @@ const char* optimizer_name(optimizer_kind o) {
 }
 
 /// A model from a JSON file: vram-fit's keys (layers, hidden, ...) or a Hugging Face config
-/// (num_hidden_layers, hidden_size, ... for Llama-style; n_layer, n_embd, ... for GPT-2).
+/// (num_hidden_layers, hidden_size, ... for Llama-style and Mixtral; n_layer, n_embd, ... for
+/// GPT-2; model_type bert or roberta for an encoder).
 transformer_model read_model(const std::string& path) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
@@ -251,7 +257,19 @@ transformer_model read_model(const std::string& path) {
     return *x;
   };
   const auto* type = v.find("model_type");
-  const bool gpt2 = type != nullptr && type->is_string() && type->string == "gpt2";
+  auto type_is = [&](std::initializer_list<const char*> names) {
+    for (const char* n : names)
+      if (type != nullptr && type->is_string() && type->string == n) return true;
+    return false;
+  };
+  const bool gpt2 = type_is({"gpt2"});
+  // BERT's family: learned positions, biases, GELU, tied; an encoder with token types.
+  const bool bert = type_is({"bert", "roberta", "xlm-roberta"});
+  // Experts beside a shared expert, or narrower than intermediate_size (Qwen-MoE, DeepSeek-MoE)
+  // are shapes the model does not have: refused rather than answered wrong.
+  for (const char* k : {"moe_intermediate_size", "shared_expert_intermediate_size", "n_shared_experts"})
+    if (v.find(k) != nullptr)
+      throw input_error("--model " + path + ": '" + k + "': shared or narrower experts are not modelled (docs/fit.md)");
   transformer_model m;
   m.name = path;
   m.layers = need(count({"layers", "num_hidden_layers", "n_layer"}), "layers");
@@ -262,10 +280,15 @@ transformer_model read_model(const std::string& path) {
   if (m.ffn == 0) throw input_error("--model " + path + ": no ffn (intermediate_size)");
   m.vocab = need(count({"vocab", "vocab_size"}), "vocab");
   m.positions = count({"positions", "n_positions"}).value_or(0);
+  if (bert && m.positions == 0) m.positions = count({"max_position_embeddings"}).value_or(0);
   if (const auto* mlp = v.find("mlp")) m.mlp = mlp->is_string() && mlp->string == "gelu" ? mlp_kind::gelu : mlp_kind::swiglu;
-  else m.mlp = gpt2 ? mlp_kind::gelu : mlp_kind::swiglu;
-  m.biases = flag({"biases"}).value_or(gpt2);
-  m.tied_embeddings = flag({"tied", "tie_word_embeddings"}).value_or(gpt2);
+  else m.mlp = gpt2 || bert ? mlp_kind::gelu : mlp_kind::swiglu;
+  m.biases = flag({"biases"}).value_or(gpt2 || bert);
+  m.tied_embeddings = flag({"tied", "tie_word_embeddings"}).value_or(gpt2 || bert);
+  m.experts = count({"experts", "num_local_experts", "num_experts"}).value_or(1);
+  m.experts_per_token = count({"experts_per_token", "num_experts_per_tok"}).value_or(m.experts > 1 ? 2 : 1);
+  m.encoder = flag({"encoder"}).value_or(bert);
+  m.token_types = count({"token_types", "type_vocab_size"}).value_or(m.token_types);
   return m;
 }
 
@@ -314,7 +337,8 @@ request parse(const std::vector<std::string>& args) {
     } else if (a == "--model") {
       base = read_model(value());
     } else if (a == "--layers" || a == "--hidden" || a == "--heads" || a == "--kv-heads" || a == "--ffn" ||
-               a == "--vocab" || a == "--positions" || a == "--mlp" || a == "--biases" || a == "--tied") {
+               a == "--vocab" || a == "--positions" || a == "--mlp" || a == "--biases" || a == "--tied" ||
+               a == "--experts" || a == "--experts-per-token" || a == "--encoder") {
       shape[a] = value();
     } else if (a == "--mode") {
       const std::string& m = value();
@@ -424,6 +448,9 @@ request parse(const std::vector<std::string>& args) {
     else if (flag == "--positions") m.positions = parse_count(flag, text);
     else if (flag == "--biases") m.biases = parse_yes_no(flag, text);
     else if (flag == "--tied") m.tied_embeddings = parse_yes_no(flag, text);
+    else if (flag == "--experts") m.experts = parse_count(flag, text);
+    else if (flag == "--experts-per-token") m.experts_per_token = parse_count(flag, text);
+    else if (flag == "--encoder") m.encoder = parse_yes_no(flag, text);
     else if (flag == "--mlp") {
       if (text != "gelu" && text != "swiglu") throw usage_error("--mlp: gelu or swiglu, not '" + text + "'");
       m.mlp = text == "gelu" ? mlp_kind::gelu : mlp_kind::swiglu;

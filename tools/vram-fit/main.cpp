@@ -1,12 +1,12 @@
 // vram-fit: will my model fit on this card, and what should I change? Generates the
-// allocation trace of a training or serving step of a decoder-only transformer
-// (vram/trace/step.hpp), replays it on each allocator on a simulated card of each capacity,
-// and answers with the peak by category, what each allocator reserves, the largest batch and
-// sequence that fit, and the remedies ranked by what they save. Each card first loses what it
-// holds outside the allocator (the CUDA context, the libraries, NCCL); the allocators are
-// replayed on the rest. See docs/fit.md. This file writes the answer; its rooms parse the flags
-// (flags.hpp), keep the memory outside the allocator (outside.hpp), search (search.hpp) and draw
-// the HTML page (render.hpp).
+// allocation trace of a training or serving step of a transformer (vram/trace/step.hpp),
+// replays it on each allocator on a simulated card of each capacity, and answers with the
+// peak by category, what each allocator reserves, the largest batch and sequence that fit,
+// and the remedies ranked by what they save. Each card first loses what it holds outside the
+// allocator (the CUDA context, the libraries, NCCL); the allocators are replayed on the rest.
+// See docs/fit.md. This file writes the answer; its rooms parse the flags
+// (flags.hpp), keep the memory outside the allocator (outside.hpp), search (search.hpp), quote
+// the measured runs of the kind asked (accuracy.hpp) and draw the HTML page (render.hpp).
 
 #include <algorithm>
 #include <cstdio>
@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include <vram-fit/accuracy.hpp>
 #include <vram-fit/flags.hpp>
 #include <vram-fit/outside.hpp>
 #include <vram-fit/remedies.hpp>
@@ -58,7 +59,12 @@ int answer(const request& q) {
   for (const auto& a : allocators) needs.push_back({a.name, needs_of(q.model, q.run, a), true});
   std::ostringstream out, json;
   using vram::detail::trace::json_quote;
-  out << q.model.name << ": " << q.model.parameters() << " parameters; " << mode_name(q.run.mode) << ", batch "
+  out << q.model.name << ": " << q.model.parameters() << " parameters";
+  if (q.model.mixture())  // the assumption behind the experts' activations (docs/fit.md)
+    out << " (" << q.model.experts << " experts, " << q.model.experts_per_token
+        << " a token, routed evenly; each expert's temporaries sized for every token)";
+  if (q.model.encoder) out << " (encoder)";
+  out << "; " << mode_name(q.run.mode) << ", batch "
       << q.run.batch << " x sequence " << q.run.sequence << ", weights " << format_name(q.run.weights);
   if (q.run.double_quant) out << "-dq";
   if (q.run.mode == run_mode::training || q.run.mode == run_mode::lora)
@@ -68,7 +74,8 @@ int answer(const request& q) {
   const outside_allocator kept = outside_of(q, q.sharding.gpus), kept_searching = outside_for_search(q);
   out << outside_line(kept) << "not modelled, beside it:";
   for (std::size_t i = 0; i < not_modelled().size(); ++i) out << (i ? "; " : " ") << not_modelled()[i];
-  out << "\n\n";
+  const accuracy_answer accuracy = accuracy_of(q);
+  out << "\n" << accuracy.text << "\n";
   // The card's capacity less what it holds outside the allocator: what the allocator may use.
   const auto usable_of = [&](double card_gib, const outside_allocator& o) {
     return static_cast<std::size_t>(card_gib * double(std::uint64_t{1} << 30)) - o.total();
@@ -80,6 +87,8 @@ int answer(const request& q) {
   for (const outcome& n : needs) out << " " << n.allocator << " " << gib(double(n.peak_reserved));
   out << " GiB\n";
   json << "{\"model\": " << json_quote(q.model.name) << ", \"parameters\": " << q.model.parameters()
+       << ", \"experts\": " << q.model.experts << ", \"experts_per_token\": " << q.model.experts_per_token
+       << ", \"encoder\": " << (q.model.encoder ? "true" : "false")
        << ", \"mode\": \"" << mode_name(q.run.mode) << "\", \"batch\": " << q.run.batch
        << ", \"sequence\": " << q.run.sequence << ", \"peak_live\": " << peak.peak_live << ", \"peak_by_category\": {";
   for (std::size_t i = 0; i < category_count; ++i)
@@ -92,7 +101,7 @@ int answer(const request& q) {
        << ", \"source\": " << (kept.asked ? "\"--context-gib\"" : "\"default\"") << "}, \"margin\": {\"outside_allocator\": "
        << kept.total() << ", \"fragmentation_replayed\": true, \"not_modelled\": [";
   for (std::size_t i = 0; i < not_modelled().size(); ++i) json << (i ? ", " : "") << json_quote(not_modelled()[i]);
-  json << "]}, ";
+  json << "]}, \"measured_runs\": " << accuracy.json << ", ";
   std::vector<std::uint64_t> smallest;  // per card, the fewest GPUs that fit (0: none)
   for (double card : q.cards_gib)
     if (q.sharding.asked)
@@ -247,11 +256,14 @@ int answer(const request& q) {
 void list_presets() {
   for (const model_preset& p : model_presets()) {
     const transformer_model& m = p.model;
-    std::printf("%-12s %6.2fB params  layers %llu, hidden %llu, heads %llu/%llu kv, ffn %llu (%s), vocab %llu  [%s]\n",
+    std::string kind = m.encoder ? ", encoder" : "";
+    if (m.mixture())
+      kind += ", " + std::to_string(m.experts) + " experts, " + std::to_string(m.experts_per_token) + " a token";
+    std::printf("%-18s %6.2fB params  layers %llu, hidden %llu, heads %llu/%llu kv, ffn %llu (%s%s), vocab %llu  [%s]\n",
                 m.name.c_str(), double(m.parameters()) / 1e9, (unsigned long long)m.layers,
                 (unsigned long long)m.hidden, (unsigned long long)m.heads, (unsigned long long)m.kv_heads,
-                (unsigned long long)m.ffn, m.mlp == mlp_kind::gelu ? "GELU" : "SwiGLU", (unsigned long long)m.vocab,
-                p.source);
+                (unsigned long long)m.ffn, m.mlp == mlp_kind::gelu ? "GELU" : "SwiGLU", kind.c_str(),
+                (unsigned long long)m.vocab, p.source);
   }
 }
 

@@ -73,7 +73,8 @@ std::size_t unbounded_for(const category_peak& peak) {
 std::string key_of(const transformer_model& m, const step_options& o) {
   std::ostringstream k;
   k << m.layers << ' ' << m.hidden << ' ' << m.heads << ' ' << m.kv_heads << ' ' << m.ffn << ' ' << m.vocab << ' '
-    << m.positions << ' ' << int(m.mlp) << ' ' << m.biases << ' ' << m.tied_embeddings << " | " << int(o.mode) << ' ' << o.batch << ' ' << o.sequence << ' ' << o.micro_batch << ' ' << int(o.weights) << ' '
+    << m.positions << ' ' << int(m.mlp) << ' ' << m.biases << ' ' << m.tied_embeddings << ' ' << m.experts << ' '
+    << m.experts_per_token << ' ' << m.encoder << ' ' << m.token_types << " | " << int(o.mode) << ' ' << o.batch << ' ' << o.sequence << ' ' << o.micro_batch << ' ' << int(o.weights) << ' '
     << o.autocast << ' ' << int(o.optimizer) << ' ' << o.checkpoint_every << ' ' << o.flash_attention << ' '
     << o.lora_rank << ' ' << int(o.kv_cache) << ' ' << o.decode_steps << ' ' << o.steps << ' ' << o.double_quant << ' '
     << o.foreach << ' ' << o.four_bit.keeps_input << o.four_bit.from_fp16 << o.four_bit.head;

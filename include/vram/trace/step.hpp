@@ -188,6 +188,8 @@ struct step_options {
     need(kv_cache == number_format::fp32 || kv_cache == number_format::bf16 || kv_cache == number_format::int8,
          "kv_cache must be fp32, bf16 or int8");
     need(steps >= 1 && steps <= 16, "steps must be 1 to 16");
+    need(!m.encoder || mode != run_mode::inference,
+         "an encoder caches nothing between tokens: it has no inference mode (run it in forward mode)");
     const parallel_plan& p = parallel;
     if (p.single()) return;
     need(mode == run_mode::training, "parallel: sharded runs are full training (mode training)");
@@ -203,14 +205,14 @@ struct step_options {
 };
 
 /// The outer tensors one rank holds (model.hpp's outer_tensors, split by the tensor-parallel
-/// degree): all of them on one stage; else the embedding (and positions) on the first stage,
-/// the final norm and the head on the last, a tied head there as a copy of the embedding (as
-/// Megatron keeps it).
+/// degree): all of them on one stage; else the input tensors (model.hpp's input_tensors) on
+/// the first stage, the rest (final norm, head) on the last, a tied head there as a copy of the
+/// embedding (as Megatron keeps it).
 [[nodiscard]] inline std::vector<transformer_model::tensor> rank_outer_tensors(const transformer_model& m,
-                                                                           const parallel_plan& p) {
+                                                                               const parallel_plan& p) {
   std::vector<transformer_model::tensor> all = m.outer_tensors(p.tensor), out;
   if (p.pipeline == 1) return all;
-  const std::size_t inputs = m.positions != 0 ? 2 : 1;
+  const std::size_t inputs = m.input_tensors();
   if (p.first_stage()) out.assign(all.begin(), all.begin() + std::ptrdiff_t(inputs));
   if (p.last_stage()) {
     out.insert(out.end(), all.begin() + std::ptrdiff_t(inputs), all.end());
@@ -411,6 +413,9 @@ inline std::uint64_t dequantized_head_bytes(const transformer_model& m, const st
 /// Decoding is capped at the sequence (a sequence of 1 is one decoding step and no prompt).
 /// Forward: one pass of the whole sequence under no_grad, no cache, logits for every token.
 /// Autocast's cached copies of fp32 weights live from their first use to the region's end.
+/// A mixture of experts runs its experts one after another, each one's temporaries dying
+/// before the next's; they are sized for every token, the most one expert can be sent. An
+/// encoder's masked-LM head transforms each token before the logits.
 inline void serve(step_builder& g, const transformer_model& m, const step_options& o) {
   using c = category;
   const std::uint64_t h = m.hidden, kv = m.kv_width(), ab = activation_bytes(o);
@@ -431,9 +436,25 @@ inline void serve(step_builder& g, const transformer_model& m, const step_option
       std::uint64_t attn = g.alloc(c::temporaries, a);
       g.free(qkv);
       g.free(norm);
-      std::uint64_t inner = g.alloc(c::temporaries, t * m.ffn * ab * (m.mlp == mlp_kind::swiglu ? 2 : 1));
-      std::uint64_t out = g.alloc(c::activations, a);
-      g.free(inner);
+      const std::uint64_t inner_bytes = t * m.ffn * ab * (m.mlp == mlp_kind::swiglu ? 2 : 1);
+      std::uint64_t out;
+      if (!m.mixture()) {
+        std::uint64_t inner = g.alloc(c::temporaries, inner_bytes);
+        out = g.alloc(c::activations, a);
+        g.free(inner);
+      } else {
+        out = g.alloc(c::activations, a);  // zeros; each expert adds its tokens' outputs into it
+        std::uint64_t router = g.alloc(c::temporaries, t * m.experts * 4);  // fp32 probabilities
+        std::uint64_t chosen = g.alloc(c::temporaries, t * m.experts_per_token * (8 + 4));  // top-k indices, weights
+        std::uint64_t routed = g.alloc(c::temporaries, a);  // one expert's tokens
+        std::uint64_t inner = g.alloc(c::temporaries, inner_bytes);
+        std::uint64_t result = g.alloc(c::temporaries, a);
+        g.free(inner);
+        g.free(routed);
+        g.free(result);
+        g.free(chosen);
+        g.free(router);
+      }
       g.free(attn);
       g.free(x);
       x = out;
@@ -442,6 +463,13 @@ inline void serve(step_builder& g, const transformer_model& m, const step_option
     // A 4-bit head is dequantized for a product of more than one token (one token: gemv_4bit).
     const std::uint64_t head = new_tokens > 1 ? dequantized_head_bytes(m, o) : 0;
     const std::uint64_t dequantized = head != 0 ? g.alloc(c::temporaries, head) : 0;
+    if (m.encoder) {  // the masked-LM head's transform: dense, GELU, LayerNorm
+      std::uint64_t dense = g.alloc(c::temporaries, a);
+      std::uint64_t transformed = g.alloc(c::temporaries, a);
+      g.free(dense);
+      g.free(x);
+      x = transformed;
+    }
     g.free(g.alloc(c::temporaries, (forward_only ? t : o.batch) * m.vocab * 4));  // fp32 logits (decoding: the last token's)
     if (head != 0) g.free(dequantized);
     g.free(x);
@@ -532,7 +560,25 @@ inline void train(step_builder& g, const transformer_model& m, const step_option
     save(r);                           // residual
     norm();
     // GELU: fc1 output, its activation. SwiGLU: gate, up, SiLU(gate), their product.
-    for (int i = 0; i < (m.mlp == mlp_kind::swiglu ? 4 : 2); ++i) save(mlp_bytes);
+    const int mlp_saves = m.mlp == mlp_kind::swiglu ? 4 : 2;
+    if (!m.mixture()) {
+      for (int i = 0; i < mlp_saves; ++i) save(mlp_bytes);
+    } else {
+      // The router's fp32 probabilities (the softmax's output), the top-k indices (int64) and
+      // weights (fp32 and the compute dtype); then per expert its tokens (gathered: its first
+      // products' input), its MLP's intermediates and its output (kept for the product with
+      // the routing weight). The tokens are taken as spread evenly: the experts' sum is exact.
+      const std::uint64_t e = m.experts, routed = (t * m.experts_per_token + e - 1) / e;
+      save(t * e * 4);
+      save(t * m.experts_per_token * (8 + 4 + ab));
+      const std::uint64_t mask = g.alloc(c::temporaries, t * m.experts_per_token * e * 8);  // one_hot of the choices
+      for (std::uint64_t x = 0; x < e; ++x) {
+        save(routed * h * ab);
+        for (int i = 0; i < mlp_saves; ++i) save(routed * (m.ffn / tp) * ab);
+        save(routed * h * ab);
+      }
+      g.free(mask);
+    }
     save(r);                           // output: the next layer's input
     if (gathers && !whole_pass) g.free(gathered);  // resharded after the forward
   };
@@ -548,6 +594,7 @@ inline void train(step_builder& g, const transformer_model& m, const step_option
   // What one micro-batch keeps from its forward to its backward.
   struct in_flight_batch {
     std::uint64_t tokens = no_grad, x = no_grad, root = no_grad;
+    std::uint64_t embedding_sum = no_grad;  // an encoder's: the embedding norm's input
     std::vector<std::vector<std::uint64_t>> saved;
     std::vector<std::uint64_t> checkpoint, cast, gathered;
     std::vector<std::uint64_t> kept;  // the inputs 4-bit products keep: freed with the graph
@@ -558,6 +605,7 @@ inline void train(step_builder& g, const transformer_model& m, const step_option
   auto forward = [&](in_flight_batch& b) {
     if (p.first_stage()) b.tokens = g.alloc(c::activations, t * 8);
     if (gathers) b.root = g.alloc(c::weights, bytes_of(o.weights, outer_elements));  // the root unit, whole
+    if (m.encoder && p.first_stage()) b.embedding_sum = g.alloc(c::activations, r);
     b.x = g.alloc(c::activations, r);  // the embedding output (a stage's input): layer 0's input
     b.saved.assign(layers, {});
     b.checkpoint.assign(layers, 0);  // a segment's output, kept as the next one's input
@@ -603,6 +651,11 @@ inline void train(step_builder& g, const transformer_model& m, const step_option
       // A 4-bit head: dequantized for its product (and again for the backward's), its input kept.
       const std::uint64_t head_weight = dequant_head != 0 ? g.alloc(c::temporaries, dequant_head) : no_grad;
       if (keeps_inputs && dequant_head != 0) b.kept.push_back(g.alloc(c::activations, a));
+      // An encoder's masked-LM transform saves its dense output (GELU's input), GELU's output
+      // (the norm's input) and the norm's output (the decoder's input).
+      std::vector<std::uint64_t> transform;
+      if (m.encoder)
+        for (int i = 0; i < 3; ++i) transform.push_back(g.alloc(c::activations, a));
       std::uint64_t logits = g.alloc(c::activations, t * vocab * 4);  // fp32 for the loss
       if (head_weight != no_grad) g.free(head_weight);
       for (std::uint64_t id : previous_graph) g.free(id);  // the loss replaced: the graph before goes
@@ -614,6 +667,7 @@ inline void train(step_builder& g, const transformer_model& m, const step_option
       grad_x = g.alloc(c::temporaries, a);
       if (head_grad != no_grad) g.free(head_grad);
       g.free(grad_logits);
+      free_all(transform);
       if (head_cast != no_grad) g.free(head_cast);
     } else {
       if (k != 0)
@@ -649,6 +703,7 @@ inline void train(step_builder& g, const transformer_model& m, const step_option
     }
     g.free(grad_x);
     g.free(b.x);
+    if (b.embedding_sum != no_grad) g.free(b.embedding_sum);
     if (b.root != no_grad) g.free(b.root);
     if (b.tokens != no_grad) g.free(b.tokens);
   };

@@ -11,8 +11,8 @@
 // weights), and the single-token inference path, which multiplies the packed weight directly
 // (`gemv_4bit`: no copy).
 
-#include <array>
 #include <cstdint>
+#include <vector>
 
 #include <vram/trace/model.hpp>
 
@@ -24,11 +24,15 @@ namespace vram::detail::trace::four_bit {
   return (from_fp16 ? 4 : 2) * elements;
 }
 
-/// The inputs of one layer's products, by width, that MatMul4Bit keeps: q, k and v's (one
-/// tensor: litgpt fuses them, Hugging Face's three projections share it), the output
-/// projection's, the MLP's first products' (gate and up share one) and its last product's.
-[[nodiscard]] inline std::array<std::uint64_t, 4> kept_input_widths(const vram::trace::transformer_model& m) {
-  return {m.hidden, m.hidden, m.hidden, m.ffn};
+/// The inputs of one layer's products, by width per token, that MatMul4Bit keeps: q, k and
+/// v's (one tensor: litgpt fuses them, Hugging Face's three projections share it), the output
+/// projection's, the MLP's first products' (gate and up share one) and its last product's. A
+/// mixture of experts: the router's, then the experts' first and last products' over the
+/// experts_per_token copies of each token that the experts see between them.
+[[nodiscard]] inline std::vector<std::uint64_t> kept_input_widths(const vram::trace::transformer_model& m) {
+  if (!m.mixture()) return {m.hidden, m.hidden, m.hidden, m.ffn};
+  const std::uint64_t k = m.experts_per_token;
+  return {m.hidden, m.hidden, m.hidden, k * m.hidden, k * m.ffn};
 }
 
 }  // namespace vram::detail::trace::four_bit
