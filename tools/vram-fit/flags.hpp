@@ -62,6 +62,8 @@ const char* usage =
     "  --flash                          attention that never materializes the scores\n"
     "  --lora-rank R  --kv-cache fp32|bf16|int8  --decode-steps N\n"
     "  --steps N                        optimizer steps generated, 1 to 16 (default 2)\n"
+    "  --cublas-workspace hopper|pre-hopper|KIB   cuBLAS's workspace per handle, in PyTorch's\n"
+    "                                   allocator (default hopper: 32 MiB; pre-hopper: 8 MiB + 128 KiB)\n"
     "sharded training, per rank (--batch is each data-parallel rank's; docs/fit.md):\n"
     "  --gpus N                         ranks in all (default tp x pp)\n"
     "  --zero 0|1|2|3                   DeepSpeed ZeRO: shard optimizer state, + gradients, + parameters\n"
@@ -369,6 +371,15 @@ request parse(const std::vector<std::string>& args) {
       const std::uint64_t n = parse_count(a, text);
       if (n == 0 || n > 16) throw usage_error(vram::refusal(a, text, "1 to 16"));
       q.run.steps = int(n);
+    } else if (a == "--cublas-workspace") {
+      const std::string& text = value();
+      if (text == "hopper") q.run.blas_workspace = vram::trace::blas_workspace_hopper;
+      else if (text == "pre-hopper") q.run.blas_workspace = vram::trace::blas_workspace_before_hopper;
+      else {
+        const std::uint64_t kib = parse_count(a, text);
+        if (kib > (std::uint64_t{1} << 22)) throw usage_error(vram::refusal(a, text, "hopper, pre-hopper or KiB, at most 4194304"));
+        q.run.blas_workspace = kib << 10;
+      }
     } else if (a == "--no-foreach") {
       q.run.foreach = false;
     } else if (a == "--no-autocast") {

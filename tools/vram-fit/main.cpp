@@ -69,7 +69,9 @@ int answer(const request& q) {
   if (q.run.double_quant) out << "-dq";
   if (q.run.mode == run_mode::training || q.run.mode == run_mode::lora)
     out << ", optimizer " << optimizer_name(q.run.optimizer) << (q.run.foreach ? "" : " (single-tensor)");
-  out << "\n";
+  char workspace[32];
+  std::snprintf(workspace, sizeof workspace, "%g", double(q.run.blas_workspace) / double(1 << 20));
+  out << ", cuBLAS workspace " << workspace << " MiB a handle\n";
   if (q.sharding.asked) out << sharding_lines(q, q.model, worst);
   const outside_allocator kept = outside_of(q, q.sharding.gpus), kept_searching = outside_for_search(q);
   out << outside_line(kept) << "not modelled, beside it:";
@@ -90,7 +92,7 @@ int answer(const request& q) {
        << ", \"experts\": " << q.model.experts << ", \"experts_per_token\": " << q.model.experts_per_token
        << ", \"encoder\": " << (q.model.encoder ? "true" : "false")
        << ", \"mode\": \"" << mode_name(q.run.mode) << "\", \"batch\": " << q.run.batch
-       << ", \"sequence\": " << q.run.sequence << ", \"peak_live\": " << peak.peak_live << ", \"peak_by_category\": {";
+       << ", \"sequence\": " << q.run.sequence << ", \"cublas_workspace\": " << q.run.blas_workspace << ", \"peak_live\": " << peak.peak_live << ", \"peak_by_category\": {";
   for (std::size_t i = 0; i < category_count; ++i)
     json << (i ? ", " : "") << "\"" << category_names[i] << "\": " << peak.at_peak[i];
   json << "}, \"needs\": {";

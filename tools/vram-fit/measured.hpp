@@ -36,6 +36,7 @@ inline step_options lora(std::uint64_t rank, std::uint64_t micro, std::uint64_t 
   o.sequence = sequence;
   o.weights = w;
   o.flash_attention = true;  // litgpt calls scaled_dot_product_attention, flash on A100 and A10G
+  o.blas_workspace = vram::trace::blas_workspace_before_hopper;  // A100, A10G
   return o;
 }
 /// litgpt's config hub runs: global batch 8 in micro-batches of 2, of at most 512 tokens.
@@ -53,6 +54,7 @@ inline step_options serving(number_format w) {
   o.decode_steps = 50;
   o.weights = w;
   o.flash_attention = true;
+  o.blas_workspace = vram::trace::blas_workspace_before_hopper;  // A100
   return o;
 }
 /// A 4-bit base as litgpt runs it: Lightning Fabric's BitsandbytesPrecision quantizes every
@@ -71,6 +73,7 @@ inline step_options gpt2_trainer() {
   o.sequence = 16;
   o.weights = number_format::fp32;
   o.autocast = false;
+  o.blas_workspace = vram::trace::blas_workspace_before_hopper;  // A10G
   return o;
 }
 

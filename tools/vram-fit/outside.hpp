@@ -1,6 +1,6 @@
 #pragma once
 // vram-fit's memory outside the allocator: what a card holds beside the step that is replayed
-// (the CUDA context, the BLAS libraries' workspaces, NCCL's buffers across GPUs), kept off every
+// (the CUDA context and its libraries, NCCL's buffers across GPUs), kept off every
 // card before any allocator is replayed on it, and the margin an answer keeps. A room of
 // main.cpp, included by it alone. The figures and their sources are in docs/fit.md, "Memory
 // outside the allocator".
@@ -24,12 +24,9 @@ namespace {
 /// 300 and 400 MB in github.com/pytorch/pytorch/issues/107667 and /109888; 287,047,680 bytes
 /// with a small tensor in github.com/pytorch/pytorch/pull/86509, against 666,632,192 loading
 /// every module eagerly).
+/// cuBLAS's workspaces are not here: PyTorch takes them from its caching allocator, so the
+/// generated step allocates them (step_options::blas_workspace).
 inline constexpr std::uint64_t context_mib = 426;
-/// cuBLAS's workspace, one per handle and stream (aten/src/ATen/cuda/CublasHandlePool.cpp):
-/// 32 MiB on compute capability 9.x, 10.x and 12.x (Hopper, Blackwell), ":4096:2:16:8" (8 MiB
-/// and 128 KiB) elsewhere; cuBLASLt shares it. Training runs the backward on autograd's own
-/// device thread, with a handle of its own: two workspaces.
-inline constexpr std::uint64_t blas_workspace_mib = 32, blas_handles = 2;
 /// What one NCCL communicator holds on a rank: 688 MB for a group of more than two A100s over
 /// NVLink after an all-reduce (github.com/NVIDIA/nccl/issues/964; a group of two, 544 MB),
 /// taken here as MiB, the larger reading. Its buffers grow with the channels (NCCL_BUFFSIZE,
@@ -38,16 +35,16 @@ inline constexpr std::uint64_t nccl_communicator_mib = 688;
 
 // Derived: the defaults, whole and quarter GiB that cover the figures above.
 inline constexpr std::uint64_t mib = std::uint64_t{1} << 20;
-/// The context and the libraries' workspaces on every card: 512 MiB.
+/// The context and its libraries on every card: 512 MiB.
 inline constexpr std::uint64_t default_context_bytes = 512 * mib;
 /// Each NCCL communicator a rank belongs to: 768 MiB.
 inline constexpr std::uint64_t default_communicator_bytes = 768 * mib;
-static_assert(context_mib + blas_workspace_mib * blas_handles <= default_context_bytes / mib);
+static_assert(context_mib <= default_context_bytes / mib);
 static_assert(nccl_communicator_mib <= default_communicator_bytes / mib);
 
 /// Memory each card holds outside the allocator; the allocator is replayed on what is left.
 struct outside_allocator {
-  std::uint64_t context = 0;        ///< the CUDA context and the BLAS workspaces
+  std::uint64_t context = 0;        ///< the CUDA context and its libraries
   std::uint64_t nccl = 0;           ///< NCCL's communicators, communicators x one each
   std::uint64_t communicators = 0;  ///< the process groups of degree above 1 a rank is in
   bool asked = false;               ///< --context-gib gave the whole of it
@@ -96,7 +93,7 @@ void check_outside(const request& q) {
 std::string outside_line(const outside_allocator& o) {
   std::string s = "outside the allocator, on each card: " + gib(double(o.total())) + " GiB (";
   if (o.asked) return s + "--context-gib)\n";
-  s += "CUDA context and cuBLAS workspaces " + gib(double(o.context));
+  s += "CUDA context " + gib(double(o.context));
   if (o.communicators != 0)
     s += " + NCCL " + std::to_string(o.communicators) + " communicator" + (o.communicators > 1 ? "s" : "") + " x " +
          gib(double(default_communicator_bytes)) + " = " + gib(double(o.nccl));

@@ -26,7 +26,8 @@ class html_page {
  public:
   /// The categories' colours, then fragmentation's, then what is outside the allocator.
   static constexpr const char* colours[category_count + 2] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                                                              "#8c564b", "#e377c2", "#7f7f7f", "#17becf"};
+                                                              "#8c564b", "#e377c2", "#bcbd22", "#7f7f7f", "#17becf"};
+  static_assert(colours[category_count + 1] != nullptr, "a colour for every category");
 
   html_page(const request& q, const category_peak& peak) : peak_(peak) {
     using vram::detail::trace::json_quote;

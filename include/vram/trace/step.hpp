@@ -142,6 +142,12 @@ struct four_bit_options {
   bool head = false;
 };
 
+/// cuBLAS's workspace per handle as PyTorch sizes it (aten/src/ATen/cuda/CublasHandlePool.cpp):
+/// on compute capability 9.x, 10.x and 12.x (Hopper, Blackwell), and before them
+/// (CUBLAS_WORKSPACE_CONFIG's default `:4096:2:16:8`: two 4 MiB and eight 16 KiB pieces).
+inline constexpr std::uint64_t blas_workspace_hopper = std::uint64_t{32} << 20;
+inline constexpr std::uint64_t blas_workspace_before_hopper = 2 * (std::uint64_t{4096} << 10) + 8 * (std::uint64_t{16} << 10);
+
 /// What is run, and the remedies applied.
 struct step_options {
   run_mode mode = run_mode::training;
@@ -166,6 +172,11 @@ struct step_options {
   /// each step's gradients live on into the next one, which frees them at its start; else last.
   bool zero_grad_first = false;
   parallel_plan parallel;  ///< training: one rank of a sharded run
+  /// cuBLAS's workspace per handle, which PyTorch takes from its caching allocator at a
+  /// handle's first product and keeps: one handle per thread that multiplies, the forward's
+  /// and in training autograd's device thread's. The default is the larger size, Hopper's and
+  /// Blackwell's. 0: none.
+  std::uint64_t blas_workspace = blas_workspace_hopper;
 
   /// Throws vram::invalid_argument naming the field when the combination cannot run.
   void validate(const transformer_model& m) const {
@@ -188,6 +199,7 @@ struct step_options {
     need(kv_cache == number_format::fp32 || kv_cache == number_format::bf16 || kv_cache == number_format::int8,
          "kv_cache must be fp32, bf16 or int8");
     need(steps >= 1 && steps <= 16, "steps must be 1 to 16");
+    need(blas_workspace <= (std::uint64_t{1} << 32), "blas_workspace must be at most 4 GiB");
     need(!m.encoder || mode != run_mode::inference,
          "an encoder caches nothing between tokens: it has no inference mode (run it in forward mode)");
     const parallel_plan& p = parallel;
@@ -228,11 +240,14 @@ struct step_options {
 }
 
 /// What an allocation is for.
-/// autocast_cache: the bf16 copies of fp32 weights that torch.autocast caches (docs/fit.md).
-enum class category : std::uint8_t { weights, gradients, optimizer, activations, temporaries, kv_cache, autocast_cache };
-inline constexpr std::size_t category_count = 7;
+/// autocast_cache: the bf16 copies of fp32 weights that torch.autocast caches (docs/fit.md);
+/// workspaces: cuBLAS's, one per handle (step_options::blas_workspace).
+enum class category : std::uint8_t {
+  weights, gradients, optimizer, activations, temporaries, kv_cache, autocast_cache, workspaces
+};
+inline constexpr std::size_t category_count = 8;
 inline constexpr std::array<const char*, category_count> category_names = {
-    "weights", "gradients", "optimizer", "activations", "temporaries", "kv_cache", "autocast_cache"};
+    "weights", "gradients", "optimizer", "activations", "temporaries", "kv_cache", "autocast_cache", "workspaces"};
 
 /// A generated trace and the category of each of its allocations (indexed by event id).
 struct step_trace {
@@ -424,9 +439,11 @@ inline void serve(step_builder& g, const transformer_model& m, const step_option
   if (!forward_only)
     for (std::uint64_t l = 0; l < m.layers; ++l)
       caches.push_back(g.alloc(c::kv_cache, bytes_of(o.kv_cache, 2 * o.batch * o.sequence * kv)));
+  std::uint64_t workspace = 0;  // the handle's, made at the first product and kept
   auto pass = [&](std::uint64_t new_tokens, std::uint64_t context) {
     const std::uint64_t t = o.batch * new_tokens, a = t * h * ab;
     std::uint64_t x = g.alloc(c::activations, a);
+    if (workspace == 0 && o.blas_workspace != 0) workspace = g.alloc(c::workspaces, o.blas_workspace);
     for (std::uint64_t l = 0; l < m.layers; ++l) {  // nothing is saved: each layer's temporaries die in it
       if (autocast_caches(o) && cast.size() == l) cast.push_back(g.alloc(c::autocast_cache, cached_layer_bytes(m)));
       if (dequantized_bytes(m, o) != 0 && new_tokens > 1) g.free(g.alloc(c::temporaries, dequantized_bytes(m, o)));
@@ -477,6 +494,7 @@ inline void serve(step_builder& g, const transformer_model& m, const step_option
   if (forward_only) {
     pass(o.sequence, o.sequence);
     for (std::uint64_t id : cast) g.free(id);
+    if (workspace != 0) g.free(workspace);
     return;
   }
   const std::uint64_t decode = o.decode_steps < o.sequence ? o.decode_steps : o.sequence;
@@ -485,6 +503,7 @@ inline void serve(step_builder& g, const transformer_model& m, const step_option
   for (std::uint64_t s = 0; s < decode; ++s) pass(1, prompt + s + 1);
   for (std::uint64_t id : cast) g.free(id);
   for (std::uint64_t id : caches) g.free(id);
+  if (workspace != 0) g.free(workspace);
 }
 
 /// Training: per optimizer step, forward and backward per micro-batch (gradients created by
@@ -602,11 +621,18 @@ inline void train(step_builder& g, const transformer_model& m, const step_option
   // The graph of the micro-batch before, with what its 4-bit products keep: the loop frees it
   // when the next loss replaces it (litgpt: `loss = chunked_cross_entropy(...)`).
   std::vector<std::uint64_t> previous_graph;
+  // cuBLAS's workspaces: the forward thread's handle and autograd's, each made at its
+  // thread's first product and kept to the end.
+  std::uint64_t forward_workspace = no_grad, backward_workspace = no_grad;
+  auto workspace = [&](std::uint64_t& id) {
+    if (id == no_grad && o.blas_workspace != 0) id = g.alloc(c::workspaces, o.blas_workspace);
+  };
   auto forward = [&](in_flight_batch& b) {
     if (p.first_stage()) b.tokens = g.alloc(c::activations, t * 8);
     if (gathers) b.root = g.alloc(c::weights, bytes_of(o.weights, outer_elements));  // the root unit, whole
     if (m.encoder && p.first_stage()) b.embedding_sum = g.alloc(c::activations, r);
     b.x = g.alloc(c::activations, r);  // the embedding output (a stage's input): layer 0's input
+    workspace(forward_workspace);
     b.saved.assign(layers, {});
     b.checkpoint.assign(layers, 0);  // a segment's output, kept as the next one's input
     // Autocast's bf16 copies of the layer's weights: cached at first use, held after the
@@ -662,6 +688,7 @@ inline void train(step_builder& g, const transformer_model& m, const step_option
       previous_graph = std::move(b.kept);
       b.kept.clear();
       std::uint64_t grad_logits = g.alloc(c::temporaries, t * vocab * 4);
+      workspace(backward_workspace);
       g.free(logits);
       const std::uint64_t head_grad = dequant_head != 0 ? g.alloc(c::temporaries, dequant_head) : no_grad;
       grad_x = g.alloc(c::temporaries, a);
@@ -674,6 +701,7 @@ inline void train(step_builder& g, const transformer_model& m, const step_option
         for (std::uint64_t& id : b.cast)
           if (id != no_grad) g.free(std::exchange(id, no_grad));
       grad_x = g.alloc(c::temporaries, a);  // the gradient the next stage sends back
+      workspace(backward_workspace);
     }
     for (std::size_t i = outer; i-- > 0;) grad(i);  // head, final norm, positions, embedding
     reduced(bytes_of(o.weights, outer_elements));
@@ -762,6 +790,8 @@ inline void train(step_builder& g, const transformer_model& m, const step_option
         if (id != no_grad) g.free(std::exchange(id, no_grad));  // zero_grad(set_to_none=True)
   }
   g.mark_step();  // the teardown
+  for (std::uint64_t id : {forward_workspace, backward_workspace})
+    if (id != no_grad) g.free(id);
   for (std::uint64_t id : previous_graph) g.free(id);
   for (std::uint64_t id : grads)
     if (id != no_grad) g.free(id);
