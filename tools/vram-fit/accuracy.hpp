@@ -22,7 +22,8 @@ std::string kind_in_words(const request& q) {
   if (q.model.encoder) return "an encoder";
   if (!q.run.parallel.single()) return "a sharded run";
   const int storage = vram_fit::storage_class(q.run.weights);
-  return std::string(mode_name(q.run.mode)) + (storage == 1 ? " over an int8 base" : storage == 2 ? " over a 4-bit base" : "");
+  const char* base = storage == 1 ? " over an int8 base" : storage == 2 ? " over a 4-bit base" : "";
+  return std::string(mode_name(q.run.mode)) + base;
 }
 
 std::string gigabytes(double bytes) {

@@ -63,10 +63,10 @@ struct transformer_model {
   /// The parameter tensors of one layer, in module order: norm, q, k, v, o, norm, the MLP's
   /// matrices, then the biases (q, k, v, o, the MLP's) where the family has them. A mixture
   /// of experts has the router (hidden -> experts, no bias) after the second norm, then each
-  /// expert's matrices and biases in place of the MLP's; experts are split like the MLP. With `tp` > 1,
-  /// one tensor-parallel rank's share as Megatron splits a layer: q, k, v and the MLP's first
-  /// matrices by output column (with their biases), o and the MLP's last matrix by input row
-  /// (their biases whole), the norms whole. `tp` divides heads, kv_heads and ffn.
+  /// expert's matrices and biases in place of the MLP's; experts are split like the MLP. With
+  /// `tp` > 1, one tensor-parallel rank's share as Megatron splits a layer: q, k, v and the
+  /// MLP's first matrices by output column (with their biases), o and the MLP's last matrix by
+  /// input row (their biases whole), the norms whole. `tp` divides heads, kv_heads and ffn.
   [[nodiscard]] std::vector<tensor> layer_tensors(std::uint64_t tp = 1) const {
     const std::uint64_t h = hidden, q = hidden / tp, kv = kv_width() / tp, f = ffn / tp;
     const std::uint64_t norm = biases ? 2 * h : h;  // LayerNorm: weight and bias; RMSNorm: weight

@@ -439,11 +439,12 @@ inline void serve(step_builder& g, const transformer_model& m, const step_option
   if (!forward_only)
     for (std::uint64_t l = 0; l < m.layers; ++l)
       caches.push_back(g.alloc(c::kv_cache, bytes_of(o.kv_cache, 2 * o.batch * o.sequence * kv)));
-  std::uint64_t workspace = 0;  // the handle's, made at the first product and kept
+  constexpr std::uint64_t none = UINT64_MAX;
+  std::uint64_t workspace = none;  // the handle's, made at the first product and kept
   auto pass = [&](std::uint64_t new_tokens, std::uint64_t context) {
     const std::uint64_t t = o.batch * new_tokens, a = t * h * ab;
     std::uint64_t x = g.alloc(c::activations, a);
-    if (workspace == 0 && o.blas_workspace != 0) workspace = g.alloc(c::workspaces, o.blas_workspace);
+    if (workspace == none && o.blas_workspace != 0) workspace = g.alloc(c::workspaces, o.blas_workspace);
     for (std::uint64_t l = 0; l < m.layers; ++l) {  // nothing is saved: each layer's temporaries die in it
       if (autocast_caches(o) && cast.size() == l) cast.push_back(g.alloc(c::autocast_cache, cached_layer_bytes(m)));
       if (dequantized_bytes(m, o) != 0 && new_tokens > 1) g.free(g.alloc(c::temporaries, dequantized_bytes(m, o)));
@@ -494,7 +495,7 @@ inline void serve(step_builder& g, const transformer_model& m, const step_option
   if (forward_only) {
     pass(o.sequence, o.sequence);
     for (std::uint64_t id : cast) g.free(id);
-    if (workspace != 0) g.free(workspace);
+    if (workspace != none) g.free(workspace);
     return;
   }
   const std::uint64_t decode = o.decode_steps < o.sequence ? o.decode_steps : o.sequence;
@@ -503,7 +504,7 @@ inline void serve(step_builder& g, const transformer_model& m, const step_option
   for (std::uint64_t s = 0; s < decode; ++s) pass(1, prompt + s + 1);
   for (std::uint64_t id : cast) g.free(id);
   for (std::uint64_t id : caches) g.free(id);
-  if (workspace != 0) g.free(workspace);
+  if (workspace != none) g.free(workspace);
 }
 
 /// Training: per optimizer step, forward and backward per micro-batch (gradients created by
