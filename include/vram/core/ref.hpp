@@ -29,14 +29,16 @@ class ref_t : public forward_properties<ref_t<R>, R> {
   /// A reference converts implicitly (as to resource_ref), so `adaptor<ref_t<P>> a(pool)` reads naturally.
   ref_t(R& r) noexcept : r_(std::addressof(r)) {}  // NOLINT(google-explicit-constructor)
 
-  void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
+  // The four calls are always inlined: a reference must cost nothing, and GCC would otherwise
+  // call them out of line under an adaptor, with the pool's bin path inside them.
+  [[gnu::always_inline]] void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
     return r_->allocate(s, bytes, align);
   }
-  void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
+  [[gnu::always_inline]] void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
     r_->deallocate(s, p, bytes, align);
   }
-  void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) { return r_->allocate_sync(bytes, align); }
-  void deallocate_sync(void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
+  [[gnu::always_inline]] void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) { return r_->allocate_sync(bytes, align); }
+  [[gnu::always_inline]] void deallocate_sync(void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
     r_->deallocate_sync(p, bytes, align);
   }
 

@@ -26,7 +26,7 @@ class flat_map {
   static constexpr std::size_t npos = ~std::size_t{0};
 
   /// The slot holding `key`, or npos (a slot stays valid until the next insert or erase).
-  [[nodiscard]] std::size_t locate(std::uintptr_t key) const noexcept {
+  [[nodiscard, gnu::always_inline]] std::size_t locate(std::uintptr_t key) const noexcept {
     for (std::size_t i = home(key);; i = (i + 1) & mask()) {
       if (slots_[i].key == key) return i;
       if (slots_[i].key == 0) return npos;
@@ -35,11 +35,11 @@ class flat_map {
   [[nodiscard]] Value& at(std::size_t slot) noexcept { return slots_[slot].value; }
 
   /// The value stored for `key`, or nullptr.
-  [[nodiscard]] Value* find(std::uintptr_t key) noexcept {
+  [[nodiscard, gnu::always_inline]] Value* find(std::uintptr_t key) noexcept {
     std::size_t i = locate(key);
     return i != npos ? &slots_[i].value : nullptr;
   }
-  [[nodiscard]] const Value* find(std::uintptr_t key) const noexcept {
+  [[nodiscard, gnu::always_inline]] const Value* find(std::uintptr_t key) const noexcept {
     std::size_t i = locate(key);
     return i != npos ? &slots_[i].value : nullptr;
   }

@@ -17,7 +17,7 @@ class spin_lock {
       return;
     lock_contended();
   }
-  bool try_lock() noexcept { return !locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire); }
+  [[gnu::always_inline]] bool try_lock() noexcept { return !locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire); }
   [[gnu::always_inline]] void unlock() noexcept { locked_.store(false, std::memory_order_release); }
 
  private:

