@@ -8,6 +8,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include <vram/alloc/planned_pool.hpp>
@@ -106,10 +108,13 @@ TEST_CASE("adversarial steps: over host memory in 256 KiB growths, every mutatio
   // block would be a growth of its own beside the memory the outside blocks keep, so such
   // plans are declined (take_part). The blocks stay intact whatever is declined or taken;
   // the reserve against stream_pool's is printed with -s (docs/planned_pool.md, Limits), not
-  // bounded: it is not within 1% here.
+  // bounded: one growth is about 5% of these peaks, and the lagging streams move
+  // stream_pool's own peak by more than that from one run to the next, so a second run of
+  // stream_pool is printed beside it as the yardstick.
   vram::planned_pool_options options = planned_options();
   options.online.growth_step = 256 << 10;
   std::size_t declined = 0;
+  std::vector<double> planned_ratios, online_ratios;
   for (adv::mutation m : adv::all_mutations) {
     for (std::uint64_t seed : {1u, 2u, 3u}) {
       INFO("mutation " << adv::name_of(m) << ", seed " << seed);
@@ -123,10 +128,25 @@ TEST_CASE("adversarial steps: over host memory in 256 KiB growths, every mutatio
       vram::stream_pool<vram::host_source> online(vram::host_source{}, options.online);
       adv::findings o = adv::run(online, run, streams, false, seed);
       check_clean(o);
-      INFO("reserved over stream_pool's " << double(p.peak_reserved) / double(o.peak_reserved));
-      CHECK(o.peak_reserved > 0);
+      vram::stream_pool<vram::host_source> again(vram::host_source{}, options.online);
+      adv::findings a = adv::run(again, run, streams, false, seed);
+      check_clean(a);
+      REQUIRE(o.peak_reserved > 0);
+      const double planned_ratio = double(p.peak_reserved) / double(o.peak_reserved);
+      const double online_ratio = double(a.peak_reserved) / double(o.peak_reserved);
+      INFO("reserved over stream_pool's " << planned_ratio << "; stream_pool's second run " << online_ratio);
+      planned_ratios.push_back(planned_ratio);
+      online_ratios.push_back(online_ratio);
+      CHECK(a.peak_reserved > 0);  // shows the line above with -s
     }
   }
+  auto median_and_worst = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return std::to_string(v[v.size() / 2]) + " / " + std::to_string(v.back());
+  };
+  WARN("reserved over stream_pool's, median / worst of " << planned_ratios.size()
+       << " runs: planned_pool " << median_and_worst(planned_ratios) << ", stream_pool's second run "
+       << median_and_worst(online_ratios));
   CHECK(declined > 0);
 }
 
