@@ -333,13 +333,26 @@ TEST_CASE("stream_pool: the inline bin paths hand every other case to the genera
   CHECK(after.total_allocations == before.total_allocations);
   pool.check_invariants();
 
+  // A cached block's recorded size is 0 (block::cached()): a free of it with 0 bytes is a
+  // double free too, and a live block freed with 0 bytes a wrong size; neither is cached.
+  pool.deallocate(stream, p, 0);
+  CHECK(capture.count(vram::misuse::double_free) == 2);
+  void* live = pool.allocate(stream, 1000);  // the cached block again
+  CHECK(live == p);
+  pool.deallocate(stream, live, 0);
+  CHECK(capture.count(vram::misuse::wrong_size) == 1);
+  CHECK(capture.last().expected_bytes == 1000);
+  pool.deallocate(stream, live, 1000);
+  CHECK(capture.count() == 3);
+  pool.check_invariants();
+
   // A small request with a large alignment takes the heap and comes back through it.
   void* q = pool.allocate(stream, 1000, 4096);
   CHECK(vram::is_aligned(q, 4096));
   CHECK(pool.allocate(stream, 1000) == p);  // the bin still serves its block
   pool.deallocate(stream, q, 1000, 4096);
   pool.deallocate(stream, p, 1000);
-  CHECK(capture.count() == 1);
+  CHECK(capture.count() == 3);
   CHECK(pool.stats().live_bytes == 0);
   stream.synchronize();
   pool.check_invariants();

@@ -191,11 +191,11 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     // (nullptr, misuse, a full bin, another stream's block, a contended lane) is out of line.
     if (bytes > options_.small_max) return deallocate_slow(s, p, bytes);  // a heap block (or misuse)
     bool small = align <= quantum;  // with bytes <= small_max: may be a lane's block
-    if (small && p != nullptr) [[likely]] {
+    if (small && p != nullptr && bytes != 0) [[likely]] {  // bytes 0 would match a cached block
       if (lane* l = cached_lane(s.key()); l != nullptr && l->mutex.try_lock()) [[likely]] {
         bool cached = false;
         if (block** found = l->live.find(reinterpret_cast<std::uintptr_t>(p)))
-          cached = !(*found)->cached && (*found)->requested == bytes && !l->stream.stale(s) && l->bin_give(*found, options_.bin_capacity, options_.lane_cache_bytes);
+          cached = (*found)->requested == bytes && !l->stream.stale(s) && l->bin_give(*found, options_.bin_capacity, options_.lane_cache_bytes);
         l->mutex.unlock();
         if (cached) [[likely]] {
           observer_.on_deallocate(p, bytes, s);
@@ -233,7 +233,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     lanes_.for_each([&](lane& l) {
       if (found) return;  // a block is in one lane's map at most
       block** b = l.live.find(addr);
-      found = b != nullptr && !(*b)->cached;
+      found = b != nullptr && !(*b)->cached();
     });
     return found;
   }
@@ -351,7 +351,6 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
         throw;
       }
       b->state = block_state::lane;
-      b->cached = false;
       l.take(b, bytes);
     }
     if (wait_on) wait_on->make_wait(s);
@@ -370,9 +369,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
         std::unique_lock lock(l->mutex);
         if (block** found = l->live.find(addr)) {
           block* b = *found;
-          if (b->cached || b->requested != bytes) [[unlikely]] {
-            misuse_report r{b->cached ? misuse::double_free : misuse::wrong_size, name(), p, bytes,
-                            b->cached ? 0 : b->requested};
+          if (b->cached() || b->requested != bytes) [[unlikely]] {
+            misuse_report r{b->cached() ? misuse::double_free : misuse::wrong_size, name(), p, bytes,
+                            b->cached() ? 0 : b->requested};
             lock.unlock();
             report_misuse(r);
             return;
@@ -540,7 +539,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       lanes_.for_each([&](lane& l) {
         block** in_lane = b != nullptr || expected != 0 || cached ? nullptr : l.live.find(addr);
         if (in_lane == nullptr) return;
-        if ((*in_lane)->cached) {
+        if ((*in_lane)->cached()) {
           cached = true;
           return;
         }

@@ -34,7 +34,6 @@ inline void flush_lanes(heap& h, const lane_table& lanes) noexcept {
     for (auto& bin : l.bins) {
       for (block* b : bin) {
         l.live.erase(b->addr);
-        b->cached = false;
         h.free(b, info);
       }
       bin.count = 0;
@@ -54,13 +53,12 @@ inline bool lane_then_free(const block* n, block* block::*side) noexcept {
 inline void place_again(heap& h, block& n) noexcept {
   lane& l = *n.booked;  // a lane block is booked to its lane
   std::lock_guard lane_lock(l.mutex);
-  if (!n.cached) return;
+  if (!n.cached()) return;
   const std::size_t size = n.size;
   bin& into = l.bins[size_classes::index(size)];
   into.remove(&n);
   l.live.erase(n.addr);
   l.cached_bytes -= size;
-  n.cached = false;
   stream_info& info = freed_on(h, l);
   h.free(&n, info);
   block* hole = h.find_fit(info, size);  // never steals or grows for a cache
@@ -74,7 +72,7 @@ inline void place_again(heap& h, block& n) noexcept {
   }
   b->state = block_state::lane;
   b->booked = &l;
-  b->cached = true;
+  b->requested = 0;  // cached()
   into.push(b);
   l.cached_bytes += size;
 }

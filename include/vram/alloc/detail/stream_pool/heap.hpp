@@ -37,18 +37,21 @@ enum class block_state : std::uint8_t { free, live, lane };
 struct block {
   std::uintptr_t addr = 0;
   std::size_t size = 0;
-  std::size_t requested = 0;  // live: what the caller asked for
+  std::size_t requested = 0;  // live: what the caller asked for (never 0); a lane's block in a bin: 0
   block* prev = nullptr;
   block* next = nullptr;      // also links spare nodes
   chunk* owner = nullptr;
   stream_info* stream = nullptr;  // free: the stream it is reusable on (the heap's any_stream(): any); its index lists it
   std::uint64_t epoch = 0;    // free: the stream's free counter when it was freed
   block_state state = block_state::free;
-  bool cached = false;        // lane-owned: in a bin (written and read under the lane's lock only)
   std::uint32_t free_class = 0;  // free: its class in the index (set and read by the index)
   lane* booked = nullptr;     // live: whose ledger counts it (a lane-owned block: its lane; nullptr: the heap's)
   block* free_prev = nullptr;  // free: links of its stream key's best-fit index
   block* free_next = nullptr;
+
+  /// A lane's block cached in a bin: its `requested` is 0, which no live block has, so a bin
+  /// hit or a cached free writes no flag of its own. Under the lane's lock.
+  [[nodiscard]] bool cached() const noexcept { return requested == 0; }
 };
 
 /// A range held from the upstream (with a contiguous upstream, adjacent ranges are one chunk).

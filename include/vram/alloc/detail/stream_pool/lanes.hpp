@@ -38,10 +38,12 @@ struct ledger {
   /// Books a block; `credit_live` / `credit_requested`: what was unbooked elsewhere and is
   /// still counted here (a lane's heap_credit), so that the peaks stay exact.
   [[gnu::always_inline]] void book(std::size_t size, std::size_t bytes, std::size_t credit_live = 0, std::size_t credit_requested = 0) noexcept {
+    // A peak is written only when it moves: a bin hit stores less for the lane lock's
+    // exchange to wait on.
     live += size;
-    peak_live = std::max(peak_live, live - credit_live);
+    if (live - credit_live > peak_live) peak_live = live - credit_live;
     requested += bytes;
-    peak_requested = std::max(peak_requested, requested - credit_requested);
+    if (requested - credit_requested > peak_requested) peak_requested = requested - credit_requested;
     ++allocations;
   }
   [[gnu::always_inline]] void unbook(std::size_t size, std::size_t bytes) noexcept {
@@ -141,9 +143,10 @@ struct alignas(64) lane {  // its own cache lines: threads on other streams neve
   [[gnu::always_inline]] block* bin_take(std::size_t size, std::size_t requested) noexcept {
     block* b = bins[size_classes::index(size)].pop(size);
     if (b != nullptr) {
-      b->cached = false;  // stays in the lane's map: no map update on a bin hit
       cached_bytes -= size;
-      b->requested = requested;  // b->booked is this lane already: a lane's blocks are booked to it
+      b->requested = requested;  // no longer cached(); it stays in the lane's map: no map update
+                                 // on a bin hit (b->booked is this lane already: a lane's
+                                 // blocks are booked to it)
       book(b->size, requested);
     }
     return b;
@@ -154,7 +157,7 @@ struct alignas(64) lane {  // its own cache lines: threads on other streams neve
     auto& into = bins[size_classes::index(b->size)];
     if (into.count >= capacity || cached_bytes + b->size > max_bytes) return false;
     books.unbook(b->size, b->requested);
-    b->cached = true;  // stays in the lane's map, marked cached
+    b->requested = 0;  // cached(); it stays in the lane's map
     into.push(b);
     cached_bytes += b->size;
     return true;
@@ -190,7 +193,7 @@ struct alignas(64) lane {  // its own cache lines: threads on other streams neve
     std::size_t in_map_cached = 0, requested = heap_requested, live_bytes = heap_live;
     live.for_each([&](std::uintptr_t a, block* b) {
       if (b->addr != a || b->state != block_state::lane || b->booked != this) fail("lane live map");
-      if (b->cached) {
+      if (b->cached()) {
         ++in_map_cached;
         return;
       }
@@ -204,7 +207,7 @@ struct alignas(64) lane {  // its own cache lines: threads on other streams neve
     if (books.peak_requested < books.requested || books.peak_live < books.live) fail("lane peaks");
     for (std::size_t i = 0; i < size_classes::count; ++i)
       for (block* b : bins[i]) {
-        if (b->state != block_state::lane || !b->cached || size_classes::index(b->size) != i) fail("bin holds a wrong block");
+        if (b->state != block_state::lane || !b->cached() || size_classes::index(b->size) != i) fail("bin holds a wrong block");
         if (const_cast<live_map&>(live).find(b->addr) == nullptr) fail("cached block not in the lane's map");
         c.cached_bytes += b->size;
         ++c.cached_blocks;
