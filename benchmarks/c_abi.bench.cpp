@@ -5,6 +5,12 @@
 //
 //   c_abi/SIZE        vram_malloc + vram_free (host backend, device 0, the null stream)
 //   pool/SIZE         stream_pool<host_source>::allocate + deallocate, synchronous
+//   torch_caching_model/SIZE
+//                     PyTorch's caching allocator's algorithm (peers/torch_caching_model.hpp:
+//                     one mutex, best fit in a std::set, the block split and merged back) over
+//                     host memory: what PyTorch's allocator does per call, less its statistics,
+//                     its stream bookkeeping and the tensor around it; not PyTorch itself,
+//                     which needs a GPU
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
@@ -14,6 +20,8 @@
 #include <vram/alloc/stream_pool.hpp>
 #include <vram/source/host_source.hpp>
 #include <vram/vram_c.h>
+
+#include <peers/torch_caching_model.hpp>
 
 namespace {
 
@@ -49,9 +57,21 @@ void pool(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+void torch_caching_model(benchmark::State& state) {
+  static vram::peers::torch_caching_model<vram::host_source> model{vram::host_source{}};
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  for (auto _ : state) {
+    void* p = model.allocate_sync(bytes);
+    benchmark::DoNotOptimize(std::as_const(p));
+    model.deallocate_sync(p, bytes);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
 }  // namespace
 
 BENCHMARK(c_abi)->Apply(sizes);
 BENCHMARK(pool)->Apply(sizes);
+BENCHMARK(torch_caching_model)->Apply(sizes);
 
 BENCHMARK_MAIN();
