@@ -46,26 +46,26 @@ void c_abi(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
-void pool(benchmark::State& state) {
-  static vram::stream_pool<vram::host_source> pool;
+/// allocate_sync + deallocate_sync pairs of state.range(0) bytes through r.
+template <class R>
+void sync_pairs(benchmark::State& state, R& r) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   for (auto _ : state) {
-    void* p = pool.allocate_sync(bytes);
+    void* p = r.allocate_sync(bytes);
     benchmark::DoNotOptimize(std::as_const(p));
-    pool.deallocate_sync(p, bytes);
+    r.deallocate_sync(p, bytes);
   }
   state.SetItemsProcessed(state.iterations());
 }
 
+void pool(benchmark::State& state) {
+  static vram::stream_pool<vram::host_source> pool;
+  sync_pairs(state, pool);
+}
+
 void torch_caching_model(benchmark::State& state) {
   static vram::peers::torch_caching_model<vram::host_source> model{vram::host_source{}};
-  const auto bytes = static_cast<std::size_t>(state.range(0));
-  for (auto _ : state) {
-    void* p = model.allocate_sync(bytes);
-    benchmark::DoNotOptimize(std::as_const(p));
-    model.deallocate_sync(p, bytes);
-  }
-  state.SetItemsProcessed(state.iterations());
+  sync_pairs(state, model);
 }
 
 }  // namespace
