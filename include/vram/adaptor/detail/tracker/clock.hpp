@@ -47,7 +47,7 @@ class tracker_clock {
 
   /// The time of a reading from ticks(). A reading older than the last anchor (another
   /// thread took the lock first and anchored) gets the last time returned.
-  [[nodiscard]] std::int64_t at(std::uint64_t ticks) noexcept {
+  [[nodiscard, gnu::always_inline]] std::int64_t at(std::uint64_t ticks) noexcept {
 #if VRAM_TRACKER_HAS_TSC
     if (counter_) {
       const std::uint64_t since = ticks - anchor_ticks_;

@@ -162,7 +162,7 @@ struct tracker_state {
 #endif
     const char* tag = current_tag();
     const std::uint64_t ticks = clock.ticks();  // outside the lock (see tracker_clock::ticks)
-    std::lock_guard lock(mutex);
+    vram::detail::spin_guard lock(mutex);
     poll_locked();
     const std::int64_t now = clock.at(ticks);
     auto [record, added] = live.find_or_insert(p);  // throws bad_alloc having changed nothing
@@ -203,7 +203,7 @@ struct tracker_state {
   free_ticket record_free_requested(const void* p, std::size_t bytes, stream_ref s, bool report = true,
                                     bool own_segment = true) noexcept {
     const std::uint64_t ticks = clock.ticks();  // outside the lock (see tracker_clock::ticks)
-    std::lock_guard lock(mutex);
+    vram::detail::spin_guard lock(mutex);
     poll_locked();
     if (!report) {
       auto late = std::find(superseded.begin(), superseded.end(), std::pair<const void*, std::size_t>(p, bytes));
