@@ -155,9 +155,10 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   /// its stranded() names the busy streams whose free blocks would have served it merged).
   [[gnu::always_inline]] void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
     // The bin path, free of calls and always inlined (into the adaptors over the pool too,
-    // where GCC would otherwise call it out of line): a valid small request on the calling thread's last lane, its lock free, its bin holding the
-    // size. A request above small_max goes to the heap in one call; everything else (a bin
-    // miss, a contended lane, zero bytes, bad input) is out of line too.
+    // where GCC would otherwise call it out of line): a valid small request on the calling
+    // thread's last lane, its lock free, its bin holding the size. A request above small_max
+    // goes to the heap in one call; everything else (a bin miss, a contended lane, zero
+    // bytes, bad input) is out of line too.
     if (bytes - 1 < options_.small_max && align - 1 < quantum && (align & (align - 1)) == 0) [[likely]] {
       if (lane* l = cached_lane(s.key()); l != nullptr && l->mutex.try_lock()) [[likely]] {
         block* b = l->bin_take(align_up(bytes, quantum), bytes);
@@ -186,9 +187,10 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
   /// Frees `p` (allocated with `bytes`) ordered on `s`: the block is reused on `s` at once
   /// and by other streams only after they wait for the work enqueued on `s` so far.
   [[gnu::always_inline]] void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
-    // The bin path, free of calls and always inlined like allocate()'s: a well-formed free of a block
-    // of the calling thread's last lane, its lock free and its bin with room. Everything else
-    // (nullptr, misuse, a full bin, another stream's block, a contended lane) is out of line.
+    // The bin path, free of calls and always inlined like allocate()'s: a well-formed free of
+    // a block of the calling thread's last lane, its lock free and its bin with room.
+    // Everything else (nullptr, zero bytes, misuse, a full bin, another stream's block, a
+    // contended lane) is out of line.
     if (bytes > options_.small_max) return deallocate_slow(s, p, bytes);  // a heap block (or misuse)
     bool small = align <= quantum;  // with bytes <= small_max: may be a lane's block
     if (small && p != nullptr && bytes != 0) [[likely]] {  // bytes 0 would match a cached block
