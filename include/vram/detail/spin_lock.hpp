@@ -1,7 +1,7 @@
 #pragma once
 // detail::spin_lock: for state held a few dozen instructions at a time (a stream_pool lane's bin
-// pop and hash-map insert; a quota_adaptor thread shard's credit and records), normally by
-// one thread, so a test-and-test-and-set spin with yield is cheaper than a futex-based
+// pop and hash-map insert; under a biased_lock, a quota_adaptor thread shard's credit and
+// records), normally by one thread, so a test-and-test-and-set spin with yield is cheaper than a futex-based
 // std::mutex: taking it is one exchange, releasing it a store.
 
 #include <atomic>
