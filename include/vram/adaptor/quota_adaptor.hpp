@@ -77,8 +77,9 @@ using soft_limit_callback = std::function<void(tenant t, std::size_t soft_limit,
 /// Capabilities: owns() from its records; release, try_allocate (a refusal gives nullptr) and
 /// the upstream's check_invariants pass through (adaptor_base); stats() adds the upstream's.
 /// Complexity: served from credit, an allocation and a free each take their thread's shard
-/// lock once (uncontended), with a hash-map update unless the free is of the thread's newest
-/// allocation; else the book's charge (local_book: O(depth of the tenant) atomics). A free from another
+/// lock once, as its owner (biased_lock.hpp: no locked instruction while no other thread
+/// took it lately; another thread's first entry costs it one process-wide barrier), with a
+/// hash-map update unless the free is of the thread's newest allocation; else the book's charge (local_book: O(depth of the tenant) atomics). A free from another
 /// thread than the allocation's looks in up to thread_slots + 1 shards; usage() and a refusal
 /// lock each shard once.
 template <class Upstream, class Observer = no_observer, class Book = detail::adaptor::local_book>
@@ -187,7 +188,7 @@ class quota_adaptor
       sh.set_newest(key(p), record{t, bytes});
     } else {
       try {
-        detail::spin_guard lock(sh.lock);
+        auto lock = lock_own(sh);
         sh.insert(key(p), record{t, bytes});  // present already: the first record stays
       } catch (...) {
         upstream_.deallocate(s, p, bytes, align);
@@ -207,7 +208,7 @@ class quota_adaptor
     record r;
     bool credited = false;  // the bytes went back to own's credit, held in flight
     {
-      detail::spin_guard lock(own.lock);
+      auto lock = lock_own(own);
       r = own.take(key(p), bytes);
       if (r.bytes == bytes && slot < detail::adaptor::thread_slots) [[likely]]
         credited = credit_in_flight(own, r.owner, bytes);
@@ -226,7 +227,7 @@ class quota_adaptor
     if (credited) {
       own.in_flight.store(0, std::memory_order_release);  // now they may serve any request
     } else {
-      detail::spin_guard lock(own.lock);  // only now: the bytes may serve a request at once
+      auto lock = lock_own(own);  // only now: the bytes may serve a request at once
       return_bytes(own, r.owner, bytes);
     }
     observer_.on_deallocate(p, bytes, s);
@@ -282,7 +283,7 @@ class quota_adaptor
     std::vector<std::size_t> own(max_tenants, 0);
     std::size_t reserved = 0;
     for (auto& sh : state_->shards) {
-      detail::spin_guard lock(sh.lock);
+      auto lock = lock_other(sh);
       std::size_t bytes = 0, count = 0;
       sh.for_each([&](std::uintptr_t, const record& r) {
         if (r.owner.id >= own.size()) own.resize(r.owner.id + 1, 0);
@@ -318,13 +319,18 @@ class quota_adaptor
   using record = detail::adaptor::quota_record;
   using shard_t = detail::adaptor::quota_shard;
   struct state {
-    explicit state(typename Book::argument b) : book(std::move(b)) {}
+    explicit state(typename Book::argument b) : book(std::move(b)) {
+      shards.back().lock.never_bias();  // the overflow shard: its threads share it
+    }
     Book book;
     std::array<shard_t, detail::adaptor::thread_slots + 1> shards;
     // Bytes charged to the book through this adaptor: the records', the credit's and those of
     // requests between their charge and their record. Moves with the book, not per request
     // served from credit.
     std::atomic<std::size_t> reserved{0};
+    // Reservations the book granted through this adaptor (it only counts up): a shard that
+    // sees it unchanged since its last note_peaks knows no level's usage went up.
+    std::atomic<std::uint64_t> reservations{0};
     std::atomic<std::size_t> peak_requested{0};
     std::atomic<std::size_t> ooms{0};
     std::mutex callback_mutex;
@@ -337,6 +343,12 @@ class quota_adaptor
   }
 
   static std::uintptr_t key(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p); }
+
+  /// Locks the calling thread's own shard, as its owner (biased_lock.hpp; the overflow
+  /// shard, which threads share, is never biased, so its owner path is the plain lock).
+  [[gnu::always_inline]] static detail::owner_guard lock_own(shard_t& sh) noexcept { return detail::owner_guard(sh.lock); }
+  /// Locks a shard of another thread (revoking its owner's bias: a process-wide barrier).
+  static detail::other_guard lock_other(shard_t& sh) noexcept { return detail::other_guard(sh.lock); }
 
   static void raise(std::atomic<std::size_t>& peak, std::size_t v) noexcept {
     std::size_t p = peak.load(std::memory_order_relaxed);
@@ -362,7 +374,7 @@ class quota_adaptor
     if constexpr (!lends_credit) {
       return false;
     } else {
-      detail::spin_guard lock(sh.lock);
+      auto lock = lock_own(sh);
       sh.settle_newest();
       if (!sh.lending || sh.credit_tenant.id != t.id || sh.credit < bytes) [[unlikely]]
         return false;
@@ -380,7 +392,7 @@ class quota_adaptor
   detail::adaptor::charge_result take(shard_t& sh, tenant t, std::size_t bytes) {
     const detail::adaptor::charge_result granted{true, 0, t, 0, 0};
     {
-      detail::spin_guard lock(sh.lock);
+      auto lock = lock_own(sh);
       sh.settle_newest();
       if constexpr (lends_credit) {
         if (sh.lending && sh.credit_tenant.id == t.id && sh.credit >= bytes) {
@@ -398,7 +410,7 @@ class quota_adaptor
     reclaim_credit();
     detail::adaptor::charge_result c = charge_exactly(t, bytes, true);
     if (c.granted) {
-      detail::spin_guard lock(sh.lock);
+      auto lock = lock_own(sh);
       count(sh, bytes);
     }
     return c;
@@ -427,6 +439,7 @@ class quota_adaptor
       sh.chain_length = length;
     }
     state_->reserved.fetch_add(more, std::memory_order_relaxed);
+    state_->reservations.fetch_add(1, std::memory_order_release);
     sh.lending = true;
     sh.credit_tenant = t;
     sh.credit = credit_batch;
@@ -438,12 +451,25 @@ class quota_adaptor
     detail::adaptor::charge_result c;
     if constexpr (lends_credit) c = book().charge(t, bytes, count_refusal);
     else c = book().charge(t, bytes);
-    if (c.granted) raise(state_->peak_requested, state_->reserved.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+    if (c.granted) {
+      raise(state_->peak_requested, state_->reserved.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+      state_->reservations.fetch_add(1, std::memory_order_release);
+    }
     return c;
   }
 
-  /// Under sh's lock: raises the peaks after a request was served from sh's credit.
-  void note_peaks(const shard_t& sh) noexcept {
+  /// Under sh's lock: raises the peaks after a request was served from sh's credit, where
+  /// they can have risen: each level's usage less sh's credit only goes up when the book took
+  /// a reservation or the credit went down since sh last raised them.
+  [[gnu::always_inline]] void note_peaks(shard_t& sh) noexcept {
+    const std::uint64_t reservations = state_->reservations.load(std::memory_order_acquire);
+    if (reservations == sh.noted_reservations && sh.credit >= sh.noted_credit) [[likely]]
+      return;
+    sh.noted_reservations = reservations;
+    sh.noted_credit = sh.credit;
+    raise_peaks(sh);
+  }
+  [[gnu::noinline]] void raise_peaks(const shard_t& sh) noexcept {
     book().raise_peaks(sh.chain.data(), sh.chain_length, sh.credit);
     raise(state_->peak_requested, state_->reserved.load(std::memory_order_relaxed) - sh.credit);
   }
@@ -482,7 +508,7 @@ class quota_adaptor
   void reclaim_credit() noexcept {
     if constexpr (lends_credit)
       for (auto& sh : state_->shards) {
-        detail::spin_guard lock(sh.lock);
+        auto lock = lock_other(sh);
         drop_credit(sh);
       }
   }
@@ -502,7 +528,7 @@ class quota_adaptor
 
   /// Returns the charge of a request that made no allocation, and uncounts it.
   void give_back(shard_t& sh, tenant t, std::size_t bytes) noexcept {
-    detail::spin_guard lock(sh.lock);
+    auto lock = lock_own(sh);
     shard_t::add(sh.live, 0 - bytes);
     shard_t::add(sh.allocations, ~std::size_t{0});
     return_bytes(sh, t, bytes);
@@ -511,13 +537,13 @@ class quota_adaptor
   /// Looks for p in `where`'s records and removes it when found with `bytes`; returns the
   /// record found, removed or not. Its charge stays until the caller returns it.
   static record take_record(shard_t& where, const void* p, std::size_t bytes) noexcept {
-    detail::spin_guard lock(where.lock);
+    auto lock = lock_other(where);
     return where.take(key(p), bytes);
   }
 
   record find(const void* p) const {
     for (auto& sh : state_->shards) {
-      detail::spin_guard lock(sh.lock);
+      auto lock = lock_other(sh);
       if (record r = sh.find(key(p))) return r;
     }
     return {};

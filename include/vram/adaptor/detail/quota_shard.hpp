@@ -2,9 +2,11 @@
 // One thread's share of a quota_adaptor's state (thread_slot.hpp says which shard a thread
 // has): the records of the allocations made through it, the credit it holds, and its
 // counters. Every field changes under the shard's lock, normally taken by the one thread the
-// shard belongs to, so taking it is an uncontended exchange; other threads take it to free a
-// block the shard recorded, to take its credit back, or to read it whole. The exceptions, the
-// newest record and the bytes in flight (below), let an allocation and a free take it once.
+// shard belongs to, as the lock's owner (biased_lock.hpp: no locked instruction while no
+// other thread came lately); other threads take it to free a block the shard recorded, to take
+// its credit back, or to read it whole. The exceptions, the newest record and the bytes in
+// flight (below), let an allocation and a free take it once. The overflow shard, shared by
+// the threads past thread_slots, has no owner: every thread takes its lock as another.
 
 #include <array>
 #include <atomic>
@@ -13,7 +15,7 @@
 
 #include <vram/core/tenant_id.hpp>
 #include <vram/detail/flat_map.hpp>
-#include <vram/detail/spin_lock.hpp>
+#include <vram/detail/biased_lock.hpp>
 
 namespace vram::detail::adaptor {
 
@@ -27,7 +29,7 @@ struct quota_record {
 };
 
 struct alignas(64) quota_shard {
-  mutable spin_lock lock;
+  mutable biased_lock lock;
 
   // Credit: bytes reserved in the book on credit_tenant's chain that no request holds yet, so
   // that this shard's next requests for credit_tenant are served without touching the book.
@@ -41,6 +43,11 @@ struct alignas(64) quota_shard {
   // shard's one thread in its free, cleared by it without the lock once the upstream freed
   // the block. Nobody else spends or gives them back while set.
   std::atomic<std::size_t> in_flight{0};
+  // The last time this shard raised the peaks (quota_adaptor::note_peaks): the adaptor's
+  // reservation count and this shard's credit then. While neither the book took a reservation
+  // since nor the credit went lower, no level's usage less the credit can have risen.
+  std::uint64_t noted_reservations = ~std::uint64_t{0};
+  std::size_t noted_credit = 0;
 
   // Written under the lock, read without it (stats() sums them). A request counts from its
   // charge, so live and allocations include requests still in the upstream.
