@@ -1,5 +1,5 @@
-// detail::biased_lock: mutual exclusion between its owner (on the bias and off it) and other
-// threads, revocation and re-biasing, a lock without owner, and a forked child.
+// detail::biased_lock: mutual exclusion between the thread it is biased to (on the bias and
+// off it) and the others, the bias moving between threads, revocation, and a forked child.
 
 #include <catch2/catch.hpp>
 
@@ -7,16 +7,20 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
 #include <vram/detail/biased_lock.hpp>
 
+using vram::detail::biased_guard;
 using vram::detail::biased_lock;
 using vram::detail::heavy_barrier;
-using vram::detail::other_guard;
-using vram::detail::owner_guard;
+using vram::detail::thread_slot;
+using vram::detail::thread_slots;
 
 namespace {
 
@@ -35,59 +39,90 @@ struct section {
   }
 };
 
-// Enters as owner until `stop`, counting the entries made on the bias.
-std::uint64_t own_until(biased_lock& lock, section& s, const std::atomic<bool>& stop, std::uint64_t& entries) {
+// Enters until `stop`; returns the entries made on the bias, adds every entry to `entries`.
+std::uint64_t enter_until(biased_lock& lock, section& s, const std::atomic<bool>& stop, std::uint64_t& entries) {
   std::uint64_t on_bias = 0;
   while (!stop.load(std::memory_order_relaxed)) {
-    const bool biased = lock.owner_lock();
+    const biased_lock::entry e = lock.enter();
     s.run();
-    lock.owner_unlock(biased);
-    on_bias += biased;
+    lock.leave(e);
+    on_bias += e != biased_lock::through_lock;
     ++entries;
   }
   return on_bias;
 }
 
+void enter_times(biased_lock& lock, std::uint32_t n) {
+  for (std::uint32_t i = 0; i < n; ++i) biased_guard g(lock);
+}
+
 }  // namespace
 
-TEST_CASE("biased_lock: the owner enters on the bias after a quiet spell, another thread revokes it", "[detail][biased_lock]") {
+TEST_CASE("biased_lock: biases itself to a thread that keeps coming; another thread revokes it", "[detail][biased_lock]") {
 #if defined(__linux__)
   REQUIRE(heavy_barrier::available());  // membarrier: every Linux kernel since 4.14
 #endif
+  const std::size_t me = thread_slot::get();
+  REQUIRE(me < thread_slots);
   biased_lock lock;
-  CHECK_FALSE(lock.biased());
-  for (std::uint32_t i = 0; i < biased_lock::rebias_after; ++i) {
-    owner_guard g(lock);
-  }
-  REQUIRE(lock.biased() == heavy_barrier::available());
+  CHECK(lock.biased_to() == thread_slots);
+  enter_times(lock, biased_lock::rebias_after);
+  REQUIRE(lock.biased_to() == (heavy_barrier::available() ? me : thread_slots));
   if (!heavy_barrier::available()) return;  // no barrier: never biased, the spin_lock is the lock
-  CHECK(lock.owner_lock());  // on the bias
-  lock.owner_unlock(true);
+  biased_lock::entry e = lock.enter();
+  CHECK(e == me);  // on the bias
+  lock.leave(e);
 
-  std::thread other([&] { other_guard g(lock); });
+  std::size_t seen_inside = 0;
+  std::thread other([&] {
+    biased_guard g(lock);
+    seen_inside = lock.biased_to();
+  });
   other.join();
-  CHECK_FALSE(lock.biased());
-  CHECK_FALSE(lock.owner_lock());  // through the spin_lock
-  lock.owner_unlock(false);
-  for (std::uint32_t i = 1; i < biased_lock::rebias_after; ++i) {
-    owner_guard g(lock);
+  CHECK(seen_inside == thread_slots);  // revoked before it entered
+  e = lock.try_enter();
+  CHECK(e == biased_lock::through_lock);
+  lock.leave(e);
+  enter_times(lock, biased_lock::rebias_after - 1);
+  CHECK(lock.biased_to() == me);
+
+  {  // a lock_guard (BasicLockable) by the owner keeps the bias
+    std::lock_guard g(lock);
   }
-  CHECK(lock.biased());
+  CHECK(lock.biased_to() == me);
 }
 
-TEST_CASE("biased_lock: owner and other threads never overlap, on the bias or off it", "[detail][biased_lock]") {
+TEST_CASE("biased_lock: try_enter fails, not waits, while another thread is inside", "[detail][biased_lock]") {
+  biased_lock lock;
+  std::atomic<int> phase{0};
+  std::thread holder([&] {
+    const biased_lock::entry e = lock.enter();
+    phase = 1;
+    while (phase.load() != 2) std::this_thread::yield();
+    lock.leave(e);
+  });
+  while (phase.load() != 1) std::this_thread::yield();
+  CHECK(lock.try_enter() == biased_lock::not_entered);
+  phase = 2;
+  holder.join();
+  const biased_lock::entry e = lock.try_enter();
+  CHECK(e != biased_lock::not_entered);
+  lock.leave(e);
+}
+
+TEST_CASE("biased_lock: the owner and other threads never overlap, on the bias or off it", "[detail][biased_lock]") {
   biased_lock lock;
   section s;
   std::atomic<bool> stop{false};
   std::uint64_t owner_entries = 0, on_bias = 0;
-  std::thread owner([&] { on_bias = own_until(lock, s, stop, owner_entries); });
+  std::thread owner([&] { on_bias = enter_until(lock, s, stop, owner_entries); });
   constexpr int others = 3, rounds = 400;
   std::vector<std::thread> threads;
   for (int t = 0; t < others; ++t)
     threads.emplace_back([&] {
       for (int i = 0; i < rounds; ++i) {
         {
-          other_guard g(lock);
+          std::lock_guard g(lock);
           s.run();
         }
         // A pause in which the owner enters alone often enough to bias the lock again.
@@ -99,59 +134,64 @@ TEST_CASE("biased_lock: owner and other threads never overlap, on the bias or of
   owner.join();
   CHECK_FALSE(s.overlapped.load());
   CHECK(s.count == owner_entries + std::uint64_t{others} * rounds);
-  if (heavy_barrier::available()) CHECK(on_bias > 0);  // the bias was taken, and revoked
   INFO("owner entries " << owner_entries << ", on the bias " << on_bias);
+  if (heavy_barrier::available()) CHECK(on_bias > 0);  // the bias was taken, and revoked
   CHECK(on_bias < owner_entries);
 }
 
-TEST_CASE("biased_lock: never biased, any thread may enter as owner", "[detail][biased_lock]") {
+TEST_CASE("biased_lock: the bias moves between threads that come in bursts, and never lets two in", "[detail][biased_lock]") {
   biased_lock lock;
-  lock.never_bias();
   section s;
-  constexpr int threads_n = 4, rounds = 20000;
+  constexpr int threads_n = 4, bursts = 300;
+  std::atomic<std::uint64_t> entries{0}, on_bias{0};
   std::vector<std::thread> threads;
-  std::atomic<int> on_bias{0};
   for (int t = 0; t < threads_n; ++t)
-    threads.emplace_back([&] {
-      for (int i = 0; i < rounds; ++i) {
-        const bool biased = lock.owner_lock();
-        s.run();
-        lock.owner_unlock(biased);
-        on_bias += biased;
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      for (int b = 0; b < bursts; ++b) {
+        const int burst = std::uniform_int_distribution<int>(1, 4 * int{biased_lock::rebias_after})(rng);
+        for (int i = 0; i < burst; ++i) {
+          biased_lock::entry e = rng() % 4 == 0 ? lock.try_enter() : lock.enter();
+          if (e == biased_lock::not_entered) continue;
+          s.run();
+          lock.leave(e);
+          entries.fetch_add(1, std::memory_order_relaxed);
+          if (e != biased_lock::through_lock) on_bias.fetch_add(1, std::memory_order_relaxed);
+        }
+        if (rng() % 8 == 0) std::this_thread::yield();
       }
     });
   for (auto& t : threads) t.join();
   CHECK_FALSE(s.overlapped.load());
-  CHECK(s.count == std::uint64_t{threads_n} * rounds);
-  CHECK(on_bias == 0);
-  CHECK_FALSE(lock.biased());
+  CHECK(s.count == entries.load());
+  INFO("entries " << entries.load() << ", on the bias " << on_bias.load());
+  if (heavy_barrier::available()) CHECK(on_bias.load() > 0);
 }
 
 TEST_CASE("biased_lock: a forked child revokes and re-biases the lock it inherited", "[detail][biased_lock]") {
   biased_lock lock;
-  for (std::uint32_t i = 0; i < biased_lock::rebias_after; ++i) {
-    owner_guard g(lock);
-  }
-  REQUIRE(lock.biased() == heavy_barrier::available());
+  enter_times(lock, biased_lock::rebias_after);
+  const std::size_t me = thread_slot::get();
+  REQUIRE(lock.biased_to() == (heavy_barrier::available() ? me : thread_slots));
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    // The child's one thread is the owner; a thread of its own revokes, against the owner
-    // entering on the bias meanwhile.
+    // The child's one thread holds the bias; a thread of its own revokes it, against the
+    // owner entering on the bias meanwhile.
     section s;
     std::atomic<bool> stop{false};
     std::uint64_t entries = 0;
     std::thread other([&] {
       for (int i = 0; i < 200; ++i) {
         {
-          other_guard g(lock);
+          biased_guard g(lock);
           s.run();
         }
         std::this_thread::sleep_for(std::chrono::microseconds(20));
       }
       stop = true;
     });
-    own_until(lock, s, stop, entries);
+    enter_until(lock, s, stop, entries);
     other.join();
     ::_exit(!s.overlapped.load() && s.count == entries + 200 ? 0 : 1);
   }
@@ -159,5 +199,5 @@ TEST_CASE("biased_lock: a forked child revokes and re-biases the lock it inherit
   REQUIRE(::waitpid(pid, &status, 0) == pid);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
-  CHECK(lock.biased() == heavy_barrier::available());  // the parent's lock is its own
+  CHECK(lock.biased_to() == (heavy_barrier::available() ? me : thread_slots));  // the parent's lock is its own
 }

@@ -27,7 +27,7 @@
 #include <vram/adaptor/detail/adaptor_base.hpp>
 #include <vram/adaptor/detail/quota_book.hpp>
 #include <vram/adaptor/detail/quota_shard.hpp>
-#include <vram/adaptor/detail/thread_slot.hpp>
+#include <vram/detail/thread_slot.hpp>
 
 namespace vram {
 
@@ -77,8 +77,8 @@ using soft_limit_callback = std::function<void(tenant t, std::size_t soft_limit,
 /// Capabilities: owns() from its records; release, try_allocate (a refusal gives nullptr) and
 /// the upstream's check_invariants pass through (adaptor_base); stats() adds the upstream's.
 /// Complexity: served from credit, an allocation and a free each take their thread's shard
-/// lock once, as its owner (biased_lock.hpp: no locked instruction while no other thread
-/// took it lately; another thread's first entry costs it one process-wide barrier), with a
+/// lock once, on its bias (biased_lock.hpp: no locked instruction while no other thread
+/// took it lately; another thread's first entry costs one process-wide barrier), with a
 /// hash-map update unless the free is of the thread's newest allocation; else the book's charge (local_book: O(depth of the tenant) atomics). A free from another
 /// thread than the allocation's looks in up to thread_slots + 1 shards; usage() and a refusal
 /// lock each shard once.
@@ -165,7 +165,7 @@ class quota_adaptor
     detail::check_request(name(), bytes, align);
     checked(t);
     if (bytes == 0) return nullptr;
-    const std::size_t slot = detail::adaptor::thread_slot::get();
+    const std::size_t slot = detail::thread_slot::get();
     shard_t& sh = state_->shards[slot];
     detail::adaptor::charge_result charge{true, 0, t, 0, 0};
     if (!spend_credit(sh, t, bytes)) [[unlikely]] {
@@ -184,11 +184,11 @@ class quota_adaptor
       give_back(sh, t, bytes);
       throw;
     }
-    if (slot < detail::adaptor::thread_slots) [[likely]] {
+    if (slot < detail::thread_slots) [[likely]] {
       sh.set_newest(key(p), record{t, bytes});
     } else {
       try {
-        auto lock = lock_own(sh);
+        detail::biased_guard lock(sh.lock);
         sh.insert(key(p), record{t, bytes});  // present already: the first record stays
       } catch (...) {
         upstream_.deallocate(s, p, bytes, align);
@@ -203,14 +203,14 @@ class quota_adaptor
 
   void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
     if (p == nullptr) return;
-    const std::size_t slot = detail::adaptor::thread_slot::get();
+    const std::size_t slot = detail::thread_slot::get();
     shard_t& own = state_->shards[slot];
     record r;
     bool credited = false;  // the bytes went back to own's credit, held in flight
     {
-      auto lock = lock_own(own);
+      detail::biased_guard lock(own.lock);
       r = own.take(key(p), bytes);
-      if (r.bytes == bytes && slot < detail::adaptor::thread_slots) [[likely]]
+      if (r.bytes == bytes && slot < detail::thread_slots) [[likely]]
         credited = credit_in_flight(own, r.owner, bytes);
     }
     for (std::size_t i = 0; !r && i < state_->shards.size(); ++i)
@@ -227,7 +227,7 @@ class quota_adaptor
     if (credited) {
       own.in_flight.store(0, std::memory_order_release);  // now they may serve any request
     } else {
-      auto lock = lock_own(own);  // only now: the bytes may serve a request at once
+      detail::biased_guard lock(own.lock);  // only now: the bytes may serve a request at once
       return_bytes(own, r.owner, bytes);
     }
     observer_.on_deallocate(p, bytes, s);
@@ -283,7 +283,7 @@ class quota_adaptor
     std::vector<std::size_t> own(max_tenants, 0);
     std::size_t reserved = 0;
     for (auto& sh : state_->shards) {
-      auto lock = lock_other(sh);
+      detail::biased_guard lock(sh.lock);
       std::size_t bytes = 0, count = 0;
       sh.for_each([&](std::uintptr_t, const record& r) {
         if (r.owner.id >= own.size()) own.resize(r.owner.id + 1, 0);
@@ -319,11 +319,9 @@ class quota_adaptor
   using record = detail::adaptor::quota_record;
   using shard_t = detail::adaptor::quota_shard;
   struct state {
-    explicit state(typename Book::argument b) : book(std::move(b)) {
-      shards.back().lock.never_bias();  // the overflow shard: its threads share it
-    }
+    explicit state(typename Book::argument b) : book(std::move(b)) {}
     Book book;
-    std::array<shard_t, detail::adaptor::thread_slots + 1> shards;
+    std::array<shard_t, detail::thread_slots + 1> shards;
     // Bytes charged to the book through this adaptor: the records', the credit's and those of
     // requests between their charge and their record. Moves with the book, not per request
     // served from credit.
@@ -343,12 +341,6 @@ class quota_adaptor
   }
 
   static std::uintptr_t key(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p); }
-
-  /// Locks the calling thread's own shard, as its owner (biased_lock.hpp; the overflow
-  /// shard, which threads share, is never biased, so its owner path is the plain lock).
-  [[gnu::always_inline]] static detail::owner_guard lock_own(shard_t& sh) noexcept { return detail::owner_guard(sh.lock); }
-  /// Locks a shard of another thread (revoking its owner's bias: a process-wide barrier).
-  static detail::other_guard lock_other(shard_t& sh) noexcept { return detail::other_guard(sh.lock); }
 
   static void raise(std::atomic<std::size_t>& peak, std::size_t v) noexcept {
     std::size_t p = peak.load(std::memory_order_relaxed);
@@ -374,7 +366,7 @@ class quota_adaptor
     if constexpr (!lends_credit) {
       return false;
     } else {
-      auto lock = lock_own(sh);
+      detail::biased_guard lock(sh.lock);
       sh.settle_newest();
       if (!sh.lending || sh.credit_tenant.id != t.id || sh.credit < bytes) [[unlikely]]
         return false;
@@ -392,7 +384,7 @@ class quota_adaptor
   detail::adaptor::charge_result take(shard_t& sh, tenant t, std::size_t bytes) {
     const detail::adaptor::charge_result granted{true, 0, t, 0, 0};
     {
-      auto lock = lock_own(sh);
+      detail::biased_guard lock(sh.lock);
       sh.settle_newest();
       if constexpr (lends_credit) {
         if (sh.lending && sh.credit_tenant.id == t.id && sh.credit >= bytes) {
@@ -410,7 +402,7 @@ class quota_adaptor
     reclaim_credit();
     detail::adaptor::charge_result c = charge_exactly(t, bytes, true);
     if (c.granted) {
-      auto lock = lock_own(sh);
+      detail::biased_guard lock(sh.lock);
       count(sh, bytes);
     }
     return c;
@@ -508,7 +500,7 @@ class quota_adaptor
   void reclaim_credit() noexcept {
     if constexpr (lends_credit)
       for (auto& sh : state_->shards) {
-        auto lock = lock_other(sh);
+        detail::biased_guard lock(sh.lock);
         drop_credit(sh);
       }
   }
@@ -528,7 +520,7 @@ class quota_adaptor
 
   /// Returns the charge of a request that made no allocation, and uncounts it.
   void give_back(shard_t& sh, tenant t, std::size_t bytes) noexcept {
-    auto lock = lock_own(sh);
+    detail::biased_guard lock(sh.lock);
     shard_t::add(sh.live, 0 - bytes);
     shard_t::add(sh.allocations, ~std::size_t{0});
     return_bytes(sh, t, bytes);
@@ -537,13 +529,13 @@ class quota_adaptor
   /// Looks for p in `where`'s records and removes it when found with `bytes`; returns the
   /// record found, removed or not. Its charge stays until the caller returns it.
   static record take_record(shard_t& where, const void* p, std::size_t bytes) noexcept {
-    auto lock = lock_other(where);
+    detail::biased_guard lock(where.lock);
     return where.take(key(p), bytes);
   }
 
   record find(const void* p) const {
     for (auto& sh : state_->shards) {
-      auto lock = lock_other(sh);
+      detail::biased_guard lock(sh.lock);
       if (record r = sh.find(key(p))) return r;
     }
     return {};

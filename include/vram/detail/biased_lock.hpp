@@ -1,20 +1,23 @@
 #pragma once
-// detail::biased_lock: a lock that one thread, its owner, takes almost every time and others
-// rarely (a quota_adaptor thread shard: its own thread allocates and frees; others free a
-// block it recorded or take its credit back). While the lock is biased the owner enters with
-// no locked instruction: it announces itself with a plain store and checks that the bias still
-// holds. Any other thread revokes the bias first: it clears the bias, runs a process-wide
-// memory barrier (heavy_barrier below), and waits for the owner to leave. The barrier is what
-// makes the owner's unfenced store-then-load safe: it orders them on the owner's CPU, so
-// either the revoker sees the announcement, or the owner sees the bias gone and takes the
-// spin_lock. The owner pays two plain stores and a load an entry, a revocation one system
-// call (about 0.4 to a few microseconds). The owner biases the lock again after
-// `rebias_after` entries through the spin_lock with no other thread between, so a thread
-// that keeps coming costs at most one barrier per that many owner entries.
+// detail::biased_lock: a lock that one thread takes almost every time and others rarely (a
+// stream_pool lane: the thread allocating on its stream; a quota_adaptor thread shard: its own
+// thread). The lock biases itself to the thread (by its thread_slot) that entered it
+// `rebias_after` times in a row; that thread then enters with no locked instruction: it
+// announces itself with a plain store to its own flag and checks that the bias is still its
+// own. Any other thread revokes the bias first: it clears it, runs a process-wide memory
+// barrier (heavy_barrier below), and waits for the owner's flag to clear. The barrier is what
+// makes the owner's unfenced store-then-load safe: it orders them on the owner's CPU, so either
+// the revoker sees the announcement, or the owner sees the bias gone and takes the spin_lock.
+// The owner pays two plain stores and two loads an entry, a revocation one system call (about
+// half a microsecond to a few): at most one per `rebias_after` entries of the owner, however
+// often others come. Each thread has its own flag, so a thread that read a stale bias and
+// backs out never clears another's announcement.
 // Where the barrier is unavailable (not Linux, or the kernel refuses it) the lock is never
-// biased and every entry takes the spin_lock.
+// biased and every entry takes the spin_lock; so are threads past thread_slots.
 
+#include <array>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -27,6 +30,7 @@
 #endif
 
 #include <vram/detail/spin_lock.hpp>
+#include <vram/detail/thread_slot.hpp>
 
 namespace vram::detail {
 
@@ -64,95 +68,115 @@ struct heavy_barrier {
 
 class biased_lock {
  public:
-  /// Owner entries through the spin_lock, none by another thread between, that bias it again.
-  /// Debug builds bias again soon, so that tests meet many revocations.
+  /// Entries in a row through the spin_lock by one thread that bias the lock to it. Debug
+  /// builds bias again soon, so that tests meet many revocations.
 #if VRAM_DEBUG
   static constexpr std::uint32_t rebias_after = 8;
 #else
   static constexpr std::uint32_t rebias_after = 4096;
 #endif
 
-  /// The owner's entry; true: entered on the bias (leave with owner_unlock(true)). Only the
-  /// owner may call it, and one thread at a time may be the owner (a thread that hands its
-  /// role over must do so with a happens-before edge, as thread_slot's mutex gives).
-  [[gnu::always_inline]] bool owner_lock() noexcept {
-    owner_in_.store(true, std::memory_order_relaxed);
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-    if (biased_.load(std::memory_order_acquire)) [[likely]]
-      return true;
-    owner_in_.store(false, std::memory_order_release);
-    owner_lock_slow();
-    return false;
+  /// How a thread is inside: on the bias (the value is its thread slot), through the spin
+  /// lock, or not at all (a try_enter() that failed).
+  using entry = std::uint32_t;
+  static constexpr entry through_lock = ~entry{0};
+  static constexpr entry not_entered = through_lock - 1;
+
+  /// Enters (on the bias where it is the caller's); leave with leave(the entry).
+  [[gnu::always_inline]] entry enter() noexcept {
+    const std::size_t slot = thread_slot::get();
+    if (enter_biased(slot)) [[likely]]
+      return static_cast<entry>(slot);
+    lock_slow(slot);
+    return through_lock;
   }
-  [[gnu::always_inline]] void owner_unlock(bool on_bias) noexcept {
-    if (on_bias) [[likely]]
-      owner_in_.store(false, std::memory_order_release);
+  /// Enters without waiting for another thread inside; not_entered when one is.
+  [[gnu::always_inline]] entry try_enter() noexcept {
+    const std::size_t slot = thread_slot::get();
+    if (enter_biased(slot)) [[likely]]
+      return static_cast<entry>(slot);
+    return try_lock_slow(slot) ? through_lock : not_entered;
+  }
+  [[gnu::always_inline]] void leave(entry e) noexcept {
+    if (e != through_lock) [[likely]]
+      in_[e].store(false, std::memory_order_release);
     else
       lock_.unlock();
   }
 
-  /// Any other thread's entry (also the owner's, where it cannot tell it is the owner).
-  void lock() noexcept {
-    lock_.lock();
-    quiet_ = 0;
-    if (biased_.load(std::memory_order_relaxed)) [[unlikely]]
-      revoke();
-  }
+  /// Lockable, for holders that may not know their entry (lock_guard, scans of every lock):
+  /// always through the spin_lock (revoking another thread's bias).
+  void lock() noexcept { lock_slow(thread_slot::get()); }
+  bool try_lock() noexcept { return try_lock_slow(thread_slot::get()); }
   void unlock() noexcept { lock_.unlock(); }
 
-  /// Never biases the lock from now on, so that any thread may call owner_lock() (a lock
-  /// without one owner: quota_adaptor's overflow shard). Pre: not biased, no thread inside.
-  void never_bias() noexcept { may_bias_ = false; }
-
-  /// Whether the owner may currently enter on the bias (for tests).
-  [[nodiscard]] bool biased() const noexcept { return biased_.load(std::memory_order_relaxed); }
+  /// The thread slot the lock is biased to, or thread_slots when none (for tests).
+  [[nodiscard]] std::size_t biased_to() const noexcept {
+    const std::uint32_t b = bias_.load(std::memory_order_relaxed);
+    return b == 0 ? thread_slots : b - 1;
+  }
 
  private:
-  [[gnu::noinline]] void owner_lock_slow() noexcept {
+  // Pre: only the thread of `slot` calls it (its flag has one writer).
+  [[gnu::always_inline]] bool enter_biased(std::size_t slot) noexcept {
+    const auto mine = static_cast<std::uint32_t>(slot + 1);
+    if (bias_.load(std::memory_order_relaxed) != mine) return false;  // also every slot past thread_slots
+    in_[slot].store(true, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // the compiler's half; heavy_barrier is the CPU's
+    if (bias_.load(std::memory_order_acquire) == mine) [[likely]]  // the section's loads stay below
+      return true;
+    in_[slot].store(false, std::memory_order_release);
+    return false;
+  }
+
+  [[gnu::noinline]] void lock_slow(std::size_t slot) noexcept {
     lock_.lock();
-    if (++quiet_ >= rebias_after && may_bias_ && heavy_barrier::available()) {
-      quiet_ = 0;
-      biased_.store(true, std::memory_order_relaxed);  // under lock_: a revoker sees it
+    entered(slot);
+  }
+  [[gnu::noinline]] bool try_lock_slow(std::size_t slot) noexcept {
+    if (!lock_.try_lock()) return false;
+    entered(slot);
+    return true;
+  }
+
+  /// Under lock_: takes the bias from another thread, and gives it to a thread that keeps
+  /// coming.
+  void entered(std::size_t slot) noexcept {
+    const std::uint32_t b = bias_.load(std::memory_order_relaxed);
+    if (b != 0 && b - 1 != slot) revoke(b - 1);
+    if (slot != last_) {
+      last_ = slot;
+      in_a_row_ = 1;
+    } else if (++in_a_row_ >= rebias_after && slot < thread_slots && b == 0 && heavy_barrier::available()) {
+      bias_.store(static_cast<std::uint32_t>(slot + 1), std::memory_order_relaxed);
     }
   }
 
   /// Under lock_: the owner is out and enters through lock_ from now on.
-  [[gnu::noinline]] void revoke() noexcept {
-    biased_.store(false, std::memory_order_relaxed);
+  [[gnu::noinline]] void revoke(std::size_t owner) noexcept {
+    bias_.store(0, std::memory_order_relaxed);
     heavy_barrier::run();
-    while (owner_in_.load(std::memory_order_acquire)) std::this_thread::yield();
+    while (in_[owner].load(std::memory_order_acquire)) std::this_thread::yield();
   }
 
   spin_lock lock_;
-  std::atomic<bool> biased_{false};
-  std::atomic<bool> owner_in_{false};  // the owner is inside on the bias
-  std::uint32_t quiet_ = 0;            // under lock_: owner entries since another thread's
-  bool may_bias_ = true;
+  std::atomic<std::uint32_t> bias_{0};                   // 1 + the owner's thread slot; 0: none
+  std::array<std::atomic<bool>, thread_slots> in_{};     // in_[i]: slot i's thread is inside on the bias
+  std::size_t last_ = thread_slots;                      // under lock_: the last thread slot through it
+  std::uint32_t in_a_row_ = 0;                           // under lock_: its entries in a row
 };
 
-/// Holds a biased_lock for a scope as its owner.
-class owner_guard {
+/// Holds a biased_lock for a scope.
+class biased_guard {
  public:
-  [[gnu::always_inline]] explicit owner_guard(biased_lock& l) noexcept : lock_(l), on_bias_(l.owner_lock()) {}
-  [[gnu::always_inline]] ~owner_guard() { lock_.owner_unlock(on_bias_); }
-  owner_guard(const owner_guard&) = delete;
-  owner_guard& operator=(const owner_guard&) = delete;
+  [[gnu::always_inline]] explicit biased_guard(biased_lock& l) noexcept : lock_(l), entry_(l.enter()) {}
+  [[gnu::always_inline]] ~biased_guard() { lock_.leave(entry_); }
+  biased_guard(const biased_guard&) = delete;
+  biased_guard& operator=(const biased_guard&) = delete;
 
  private:
   biased_lock& lock_;
-  bool on_bias_;
-};
-
-/// Holds a biased_lock for a scope as another thread than its owner.
-class other_guard {
- public:
-  explicit other_guard(biased_lock& l) noexcept : lock_(l) { lock_.lock(); }
-  ~other_guard() { lock_.unlock(); }
-  other_guard(const other_guard&) = delete;
-  other_guard& operator=(const other_guard&) = delete;
-
- private:
-  biased_lock& lock_;
+  biased_lock::entry entry_;
 };
 
 }  // namespace vram::detail

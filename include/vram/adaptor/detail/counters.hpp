@@ -27,7 +27,7 @@
 
 #include <vram/core/stats.hpp>
 #include <vram/core/tenant.hpp>
-#include <vram/adaptor/detail/thread_slot.hpp>
+#include <vram/detail/thread_slot.hpp>
 
 namespace vram {
 

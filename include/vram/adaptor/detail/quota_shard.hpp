@@ -2,11 +2,10 @@
 // One thread's share of a quota_adaptor's state (thread_slot.hpp says which shard a thread
 // has): the records of the allocations made through it, the credit it holds, and its
 // counters. Every field changes under the shard's lock, normally taken by the one thread the
-// shard belongs to, as the lock's owner (biased_lock.hpp: no locked instruction while no
-// other thread came lately); other threads take it to free a block the shard recorded, to take
-// its credit back, or to read it whole. The exceptions, the newest record and the bytes in
-// flight (below), let an allocation and a free take it once. The overflow shard, shared by
-// the threads past thread_slots, has no owner: every thread takes its lock as another.
+// shard belongs to, so it is biased to that thread (biased_lock.hpp: no locked instruction
+// while no other thread came lately); other threads take it to free a block the shard
+// recorded, to take its credit back, or to read it whole. The exceptions, the newest record
+// and the bytes in flight (below), let an allocation and a free take it once.
 
 #include <array>
 #include <atomic>

@@ -1,14 +1,14 @@
 #pragma once
-// detail::adaptor::thread_slot: the calling thread's index among the shards of the adaptors
-// that keep per-thread state (statistics_adaptor's counters, quota_adaptor's records and
-// credit). One index per thread, shared by every adaptor, so a shard is written by one thread
-// and read by others.
+// detail::thread_slot: the calling thread's index among the shards of the adaptors that keep
+// per-thread state (statistics_adaptor's counters, quota_adaptor's records and credit), and
+// its name in a biased_lock (the thread a lock is biased to). One index per thread, shared by
+// every adaptor and lock, so a shard is written by one thread and read by others.
 
 #include <bitset>
 #include <cstddef>
 #include <mutex>
 
-namespace vram::detail::adaptor {
+namespace vram::detail {
 
 /// Threads that get a shard of their own; later threads share the overflow shard.
 inline constexpr std::size_t thread_slots = 16;
@@ -61,4 +61,4 @@ class thread_slot {
   }
 };
 
-}  // namespace vram::detail::adaptor
+}  // namespace vram::detail
