@@ -71,7 +71,8 @@ inline std::uint64_t next_pool_id() noexcept {
 /// handle (as in RMM and PyTorch).
 ///
 /// Thread safety: all members may be called concurrently. Each stream has a "lane" (bins,
-/// live-block map, counters) under its own small lock; the best-fit heap has one mutex taken
+/// live-block map, counters) under its own small lock, biased to the thread that uses it
+/// (detail/biased_lock.hpp: that thread takes it with no locked instruction); the best-fit heap has one mutex taken
 /// only on bin misses, large requests, frees that overflow a bin, growth and release. Threads
 /// that each use their own stream share no lock and no written cache line on the small-size
 /// path: each lane keeps its own ledger of the live blocks allocated on its stream.
@@ -160,9 +161,10 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     // goes to the heap in one call; everything else (a bin miss, a contended lane, zero
     // bytes, bad input) is out of line too.
     if (bytes - 1 < options_.small_max && align - 1 < quantum && (align & (align - 1)) == 0) [[likely]] {
-      if (lane* l = cached_lane(s.key()); l != nullptr && l->mutex.try_lock()) [[likely]] {
+      lane* l = cached_lane(s.key());
+      if (detail::biased_lock::entry e; l != nullptr && (e = l->mutex.try_enter()) != detail::biased_lock::not_entered) [[likely]] {
         block* b = l->bin_take(align_up(bytes, quantum), bytes);
-        l->mutex.unlock();
+        l->mutex.leave(e);
         if (b == nullptr) [[unlikely]]
           return take_for_lane(*l, s, bytes);
         observer_.on_allocate(reinterpret_cast<void*>(b->addr), bytes, s);
@@ -194,11 +196,12 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     if (bytes > options_.small_max) return deallocate_slow(s, p, bytes);  // a heap block (or misuse)
     bool small = align <= quantum;  // with bytes <= small_max: may be a lane's block
     if (small && p != nullptr && bytes != 0) [[likely]] {  // bytes 0 would match a cached block
-      if (lane* l = cached_lane(s.key()); l != nullptr && l->mutex.try_lock()) [[likely]] {
+      lane* l = cached_lane(s.key());
+      if (detail::biased_lock::entry e; l != nullptr && (e = l->mutex.try_enter()) != detail::biased_lock::not_entered) [[likely]] {
         bool cached = false;
         if (block** found = l->live.find(reinterpret_cast<std::uintptr_t>(p)))
           cached = (*found)->requested == bytes && !l->stream.stale(s) && l->bin_give(*found, options_.bin_capacity, options_.lane_cache_bytes);
-        l->mutex.unlock();
+        l->mutex.leave(e);
         if (cached) [[likely]] {
           observer_.on_deallocate(p, bytes, s);
           return;

@@ -23,7 +23,7 @@
 #include <vram/core/tag_scope.hpp>
 #include <vram/core/tenant.hpp>
 #include <vram/core/throw.hpp>
-#include <vram/detail/spin_lock.hpp>
+#include <vram/detail/biased_lock.hpp>
 #include <vram/adaptor/detail/tracker/clock.hpp>
 #include <vram/adaptor/detail/tracker/event_log.hpp>
 #include <vram/adaptor/detail/tracker/export.hpp>
@@ -73,7 +73,7 @@ struct tracker_state {
   };
 
   tracker_options options;
-  mutable vram::detail::spin_lock mutex;  // held for a few dozen instructions per call; copies for readers
+  mutable vram::detail::biased_lock mutex;  // held for a few dozen instructions per call; copies for readers
   // Invariants: live_bytes == sum of live[p].bytes;
   //             live.size() == allocations - deallocations;
   //             the ranges [a, a + bytes) of live and pending records are pairwise disjoint.
@@ -162,7 +162,7 @@ struct tracker_state {
 #endif
     const char* tag = current_tag();
     const std::uint64_t ticks = clock.ticks();  // outside the lock (see tracker_clock::ticks)
-    vram::detail::spin_guard lock(mutex);
+    vram::detail::biased_guard lock(mutex);
     poll_locked();
     const std::int64_t now = clock.at(ticks);
     auto [record, added] = live.find_or_insert(p);  // throws bad_alloc having changed nothing
@@ -203,7 +203,7 @@ struct tracker_state {
   free_ticket record_free_requested(const void* p, std::size_t bytes, stream_ref s, bool report = true,
                                     bool own_segment = true) noexcept {
     const std::uint64_t ticks = clock.ticks();  // outside the lock (see tracker_clock::ticks)
-    vram::detail::spin_guard lock(mutex);
+    vram::detail::biased_guard lock(mutex);
     poll_locked();
     if (!report) {
       auto late = std::find(superseded.begin(), superseded.end(), std::pair<const void*, std::size_t>(p, bytes));

@@ -21,7 +21,7 @@
 #include <vram/alloc/detail/stream_pool/size_classes.hpp>
 #include <vram/alloc/detail/stream_pool/stream_marker.hpp>
 #include <vram/detail/flat_map.hpp>
-#include <vram/detail/spin_lock.hpp>
+#include <vram/detail/biased_lock.hpp>
 
 namespace vram::detail::stream_pool {
 
@@ -108,7 +108,7 @@ struct alignas(64) lane {  // its own cache lines: threads on other streams neve
       : key(k), stream(s), bin_storage(std::make_unique<block*[]>(size_classes::count * bin_capacity)) {
     for (std::size_t i = 0; i < size_classes::count; ++i) bins[i].slots = bin_storage.get() + i * bin_capacity;
   }
-  mutable spin_lock mutex;
+  mutable biased_lock mutex;  // biased to the thread that allocates on the stream
   std::uintptr_t key;
   freeing_stream stream;
   std::unique_ptr<block*[]> bin_storage;
@@ -122,7 +122,7 @@ struct alignas(64) lane {  // its own cache lines: threads on other streams neve
   // free credits the lane instead, without its lock: heap_credit): no atomic
   // read-modify-write on the bin path. Every member below: pre: this lane's lock held.
   // Everything the bin path calls is always inlined (here, in bin, ledger, flat_map::find
-  // and spin_lock::try_lock): stream_pool's allocate() and deallocate() must stay free of
+  // and biased_lock::try_enter): stream_pool's allocate() and deallocate() must stay free of
   // calls on it. Left to GCC, these stay inline in a bare pool's loop but are outlined once
   // the pool is inlined into an adaptor over it (the inliner's budget for the caller runs
   // out), and the pair under statistics_adaptor pays several ns for the calls.
