@@ -39,14 +39,16 @@ struct section {
   }
 };
 
-// Enters until `stop`; returns the entries made on the bias, adds every entry to `entries`.
+// Enters until `stop`; returns the entries made while the lock was biased to this thread,
+// adds every entry to `entries`.
 std::uint64_t enter_until(biased_lock& lock, section& s, const std::atomic<bool>& stop, std::uint64_t& entries) {
+  const std::size_t me = thread_slot::get();
   std::uint64_t on_bias = 0;
   while (!stop.load(std::memory_order_relaxed)) {
-    const biased_lock::entry e = lock.enter();
+    lock.lock();
     s.run();
-    lock.leave(e);
-    on_bias += e != biased_lock::through_lock;
+    on_bias += lock.biased_to() == me;
+    lock.unlock();
     ++entries;
   }
   return on_bias;
@@ -69,9 +71,9 @@ TEST_CASE("biased_lock: biases itself to a thread that keeps coming; another thr
   enter_times(lock, biased_lock::rebias_after);
   REQUIRE(lock.biased_to() == (heavy_barrier::available() ? me : thread_slots));
   if (!heavy_barrier::available()) return;  // no barrier: never biased, the spin_lock is the lock
-  biased_lock::entry e = lock.enter();
-  CHECK(e == me);  // on the bias
-  lock.leave(e);
+  lock.lock();
+  CHECK(lock.biased_to() == me);  // inside on the bias
+  lock.unlock();
 
   std::size_t seen_inside = 0;
   std::thread other([&] {
@@ -80,9 +82,9 @@ TEST_CASE("biased_lock: biases itself to a thread that keeps coming; another thr
   });
   other.join();
   CHECK(seen_inside == thread_slots);  // revoked before it entered
-  e = lock.try_enter();
-  CHECK(e == biased_lock::through_lock);
-  lock.leave(e);
+  REQUIRE(lock.try_lock());  // through the spin lock
+  CHECK(lock.biased_to() == thread_slots);
+  lock.unlock();
   enter_times(lock, biased_lock::rebias_after - 1);
   CHECK(lock.biased_to() == me);
 
@@ -92,22 +94,28 @@ TEST_CASE("biased_lock: biases itself to a thread that keeps coming; another thr
   CHECK(lock.biased_to() == me);
 }
 
-TEST_CASE("biased_lock: try_enter fails, not waits, while another thread is inside", "[detail][biased_lock]") {
-  biased_lock lock;
-  std::atomic<int> phase{0};
-  std::thread holder([&] {
-    const biased_lock::entry e = lock.enter();
-    phase = 1;
-    while (phase.load() != 2) std::this_thread::yield();
-    lock.leave(e);
-  });
-  while (phase.load() != 1) std::this_thread::yield();
-  CHECK(lock.try_enter() == biased_lock::not_entered);
-  phase = 2;
-  holder.join();
-  const biased_lock::entry e = lock.try_enter();
-  CHECK(e != biased_lock::not_entered);
-  lock.leave(e);
+TEST_CASE("biased_lock: try_lock fails, not waits, while another thread is inside, on its bias or not", "[detail][biased_lock]") {
+  for (const bool biased : {false, true}) {
+    biased_lock lock;
+    std::atomic<int> phase{0};
+    std::size_t holder_bias = 0;
+    std::thread holder([&] {
+      if (biased) enter_times(lock, biased_lock::rebias_after);
+      lock.lock();
+      holder_bias = lock.biased_to();
+      phase = 1;
+      while (phase.load() != 2) std::this_thread::yield();
+      lock.unlock();
+    });
+    while (phase.load() != 1) std::this_thread::yield();
+    CHECK_FALSE(lock.try_lock());
+    phase = 2;
+    holder.join();
+    CHECK((holder_bias != thread_slots) == (biased && heavy_barrier::available()));
+    REQUIRE(lock.try_lock());
+    CHECK(lock.biased_to() == thread_slots);  // the holder's bias, if any, was revoked
+    lock.unlock();
+  }
 }
 
 TEST_CASE("biased_lock: the owner and other threads never overlap, on the bias or off it", "[detail][biased_lock]") {
@@ -151,12 +159,16 @@ TEST_CASE("biased_lock: the bias moves between threads that come in bursts, and 
       for (int b = 0; b < bursts; ++b) {
         const int burst = std::uniform_int_distribution<int>(1, 4 * int{biased_lock::rebias_after})(rng);
         for (int i = 0; i < burst; ++i) {
-          biased_lock::entry e = rng() % 4 == 0 ? lock.try_enter() : lock.enter();
-          if (e == biased_lock::not_entered) continue;
+          if (rng() % 4 == 0) {
+            if (!lock.try_lock()) continue;
+          } else {
+            lock.lock();
+          }
           s.run();
-          lock.leave(e);
+          const bool mine = lock.biased_to() == thread_slot::get();
+          lock.unlock();
           entries.fetch_add(1, std::memory_order_relaxed);
-          if (e != biased_lock::through_lock) on_bias.fetch_add(1, std::memory_order_relaxed);
+          if (mine) on_bias.fetch_add(1, std::memory_order_relaxed);
         }
         if (rng() % 8 == 0) std::this_thread::yield();
       }

@@ -161,10 +161,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     // goes to the heap in one call; everything else (a bin miss, a contended lane, zero
     // bytes, bad input) is out of line too.
     if (bytes - 1 < options_.small_max && align - 1 < quantum && (align & (align - 1)) == 0) [[likely]] {
-      lane* l = cached_lane(s.key());
-      if (detail::biased_lock::entry e; l != nullptr && (e = l->mutex.try_enter()) != detail::biased_lock::not_entered) [[likely]] {
+      if (lane* l = cached_lane(s.key()); l != nullptr && l->mutex.try_lock()) [[likely]] {
         block* b = l->bin_take(align_up(bytes, quantum), bytes);
-        l->mutex.leave(e);
+        l->mutex.unlock();
         if (b == nullptr) [[unlikely]]
           return take_for_lane(*l, s, bytes);
         observer_.on_allocate(reinterpret_cast<void*>(b->addr), bytes, s);
@@ -196,12 +195,11 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     if (bytes > options_.small_max) return deallocate_slow(s, p, bytes);  // a heap block (or misuse)
     bool small = align <= quantum;  // with bytes <= small_max: may be a lane's block
     if (small && p != nullptr && bytes != 0) [[likely]] {  // bytes 0 would match a cached block
-      lane* l = cached_lane(s.key());
-      if (detail::biased_lock::entry e; l != nullptr && (e = l->mutex.try_enter()) != detail::biased_lock::not_entered) [[likely]] {
+      if (lane* l = cached_lane(s.key()); l != nullptr && l->mutex.try_lock()) [[likely]] {
         bool cached = false;
         if (block** found = l->live.find(reinterpret_cast<std::uintptr_t>(p)))
           cached = (*found)->requested == bytes && !l->stream.stale(s) && l->bin_give(*found, options_.bin_capacity, options_.lane_cache_bytes);
-        l->mutex.leave(e);
+        l->mutex.unlock();
         if (cached) [[likely]] {
           observer_.on_deallocate(p, bytes, s);
           return;

@@ -8,7 +8,7 @@
 // barrier (heavy_barrier below), and waits for the owner's flag to clear. The barrier is what
 // makes the owner's unfenced store-then-load safe: it orders them on the owner's CPU, so either
 // the revoker sees the announcement, or the owner sees the bias gone and takes the spin_lock.
-// The owner pays two plain stores and two loads an entry, a revocation one system call (about
+// The owner pays two plain stores and three loads an entry, a revocation one system call (about
 // half a microsecond to a few): at most one per `rebias_after` entries of the owner, however
 // often others come. Each thread has its own flag, so a thread that read a stale bias and
 // backs out never clears another's announcement.
@@ -66,6 +66,8 @@ struct heavy_barrier {
 #endif
 };
 
+/// Lockable. Pre for every call: one thread per thread slot (thread_slot.hpp), and a thread
+/// unlocks what it locked.
 class biased_lock {
  public:
   /// Entries in a row through the spin_lock by one thread that bias the lock to it. Debug
@@ -76,39 +78,23 @@ class biased_lock {
   static constexpr std::uint32_t rebias_after = 4096;
 #endif
 
-  /// How a thread is inside: on the bias (the value is its thread slot), through the spin
-  /// lock, or not at all (a try_enter() that failed).
-  using entry = std::uint32_t;
-  static constexpr entry through_lock = ~entry{0};
-  static constexpr entry not_entered = through_lock - 1;
-
-  /// Enters (on the bias where it is the caller's); leave with leave(the entry).
-  [[gnu::always_inline]] entry enter() noexcept {
+  [[gnu::always_inline]] void lock() noexcept {
     const std::size_t slot = thread_slot::get();
-    if (enter_biased(slot)) [[likely]]
-      return static_cast<entry>(slot);
-    lock_slow(slot);
-    return through_lock;
+    if (!enter_biased(slot)) [[unlikely]]
+      lock_slow(slot);
   }
-  /// Enters without waiting for another thread inside; not_entered when one is.
-  [[gnu::always_inline]] entry try_enter() noexcept {
+  /// Never waits: false while another thread holds the lock (or is inside on its bias).
+  [[gnu::always_inline]] bool try_lock() noexcept {
     const std::size_t slot = thread_slot::get();
-    if (enter_biased(slot)) [[likely]]
-      return static_cast<entry>(slot);
-    return try_lock_slow(slot) ? through_lock : not_entered;
+    return enter_biased(slot) || try_lock_slow(slot);
   }
-  [[gnu::always_inline]] void leave(entry e) noexcept {
-    if (e != through_lock) [[likely]]
-      in_[e].store(false, std::memory_order_release);
+  [[gnu::always_inline]] void unlock() noexcept {
+    const std::size_t slot = thread_slot_index;  // as lock() saw it: a slot changes only at thread exit
+    if (slot < thread_slots && in_[slot].load(std::memory_order_relaxed)) [[likely]]  // only this thread writes it
+      in_[slot].store(false, std::memory_order_release);
     else
       lock_.unlock();
   }
-
-  /// Lockable, for holders that may not know their entry (lock_guard, scans of every lock):
-  /// always through the spin_lock (revoking another thread's bias).
-  void lock() noexcept { lock_slow(thread_slot::get()); }
-  bool try_lock() noexcept { return try_lock_slow(thread_slot::get()); }
-  void unlock() noexcept { lock_.unlock(); }
 
   /// The thread slot the lock is biased to, or thread_slots when none (for tests).
   [[nodiscard]] std::size_t biased_to() const noexcept {
@@ -117,7 +103,7 @@ class biased_lock {
   }
 
  private:
-  // Pre: only the thread of `slot` calls it (its flag has one writer).
+  // Only the thread of `slot` calls it with that slot (its flag has one writer).
   [[gnu::always_inline]] bool enter_biased(std::size_t slot) noexcept {
     const auto mine = static_cast<std::uint32_t>(slot + 1);
     if (bias_.load(std::memory_order_relaxed) != mine) return false;  // also every slot past thread_slots
@@ -131,52 +117,62 @@ class biased_lock {
 
   [[gnu::noinline]] void lock_slow(std::size_t slot) noexcept {
     lock_.lock();
-    entered(slot);
+    if (const std::uint32_t b = bias_.load(std::memory_order_relaxed); b != 0 && b - 1 != slot) {
+      revoke();
+      while (in_[b - 1].load(std::memory_order_acquire)) std::this_thread::yield();
+    }
+    count_entry(slot);
   }
   [[gnu::noinline]] bool try_lock_slow(std::size_t slot) noexcept {
     if (!lock_.try_lock()) return false;
-    entered(slot);
+    if (const std::uint32_t b = bias_.load(std::memory_order_relaxed); b != 0 && b - 1 != slot) {
+      revoke();
+      if (in_[b - 1].load(std::memory_order_acquire)) {  // the owner is inside: it leaves by its flag
+        lock_.unlock();
+        return false;
+      }
+    }
+    count_entry(slot);
     return true;
   }
 
-  /// Under lock_: takes the bias from another thread, and gives it to a thread that keeps
-  /// coming.
-  void entered(std::size_t slot) noexcept {
-    const std::uint32_t b = bias_.load(std::memory_order_relaxed);
-    if (b != 0 && b - 1 != slot) revoke(b - 1);
+  /// Under lock_: no thread enters on the bias once it returns; the owner may still be
+  /// inside, until its flag clears.
+  [[gnu::noinline]] void revoke() noexcept {
+    bias_.store(0, std::memory_order_relaxed);
+    heavy_barrier::run();
+  }
+
+  /// Under lock_: counts the entries in a row of one thread, and biases the lock to it after
+  /// rebias_after of them.
+  void count_entry(std::size_t slot) noexcept {
     if (slot != last_) {
       last_ = slot;
       in_a_row_ = 1;
-    } else if (++in_a_row_ >= rebias_after && slot < thread_slots && b == 0 && heavy_barrier::available()) {
+    } else if (++in_a_row_ >= rebias_after && slot < thread_slots && bias_.load(std::memory_order_relaxed) == 0 &&
+               heavy_barrier::available()) {
       bias_.store(static_cast<std::uint32_t>(slot + 1), std::memory_order_relaxed);
     }
   }
 
-  /// Under lock_: the owner is out and enters through lock_ from now on.
-  [[gnu::noinline]] void revoke(std::size_t owner) noexcept {
-    bias_.store(0, std::memory_order_relaxed);
-    heavy_barrier::run();
-    while (in_[owner].load(std::memory_order_acquire)) std::this_thread::yield();
-  }
-
   spin_lock lock_;
-  std::atomic<std::uint32_t> bias_{0};                   // 1 + the owner's thread slot; 0: none
-  std::array<std::atomic<bool>, thread_slots> in_{};     // in_[i]: slot i's thread is inside on the bias
-  std::size_t last_ = thread_slots;                      // under lock_: the last thread slot through it
-  std::uint32_t in_a_row_ = 0;                           // under lock_: its entries in a row
+  std::atomic<std::uint32_t> bias_{0};                // 1 + the owner's thread slot; 0: none
+  std::array<std::atomic<bool>, thread_slots> in_{};  // in_[i]: slot i's thread is inside on the bias
+  std::size_t last_ = thread_slots;                   // under lock_: the last thread slot through it
+  std::uint32_t in_a_row_ = 0;                        // under lock_: its entries in a row
 };
 
-/// Holds a biased_lock for a scope.
+/// Holds a biased_lock for a scope (std::lock_guard, always inlined: on hot paths the
+/// compiler may otherwise call a lock_guard's constructor out of line).
 class biased_guard {
  public:
-  [[gnu::always_inline]] explicit biased_guard(biased_lock& l) noexcept : lock_(l), entry_(l.enter()) {}
-  [[gnu::always_inline]] ~biased_guard() { lock_.leave(entry_); }
+  [[gnu::always_inline]] explicit biased_guard(biased_lock& l) noexcept : lock_(l) { lock_.lock(); }
+  [[gnu::always_inline]] ~biased_guard() { lock_.unlock(); }
   biased_guard(const biased_guard&) = delete;
   biased_guard& operator=(const biased_guard&) = delete;
 
  private:
   biased_lock& lock_;
-  biased_lock::entry entry_;
 };
 
 }  // namespace vram::detail
