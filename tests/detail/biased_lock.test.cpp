@@ -85,8 +85,15 @@ TEST_CASE("biased_lock: biases itself to a thread that keeps coming; another thr
   REQUIRE(lock.try_lock());  // through the spin lock
   CHECK(lock.biased_to() == thread_slots);
   lock.unlock();
-  enter_times(lock, biased_lock::rebias_after - 1);
+  // A bias revoked this soon did not pay for its barrier: the next takes more entries (twice
+  // as many, unless this thread stalled past min_bias_time), never more than the maximum.
+  std::uint32_t entries = 1;
+  while (lock.biased_to() != me && entries < biased_lock::max_rebias_after) {
+    enter_times(lock, 1);
+    ++entries;
+  }
   CHECK(lock.biased_to() == me);
+  CHECK(entries > biased_lock::rebias_after / 2);
 
   {  // a lock_guard (BasicLockable) by the owner keeps the bias
     std::lock_guard g(lock);

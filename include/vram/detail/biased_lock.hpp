@@ -9,14 +9,17 @@
 // makes the owner's unfenced store-then-load safe: it orders them on the owner's CPU, so either
 // the revoker sees the announcement, or the owner sees the bias gone and takes the spin_lock.
 // The owner pays two plain stores and three loads an entry, a revocation one system call (about
-// half a microsecond to a few): at most one per `rebias_after` entries of the owner, however
-// often others come. Each thread has its own flag, so a thread that read a stale bias and
-// backs out never clears another's announcement.
+// half a microsecond to a few, more where it interrupts threads on other cores): at most one
+// per `rebias_after` entries in a row, however often others come, and fewer where threads take
+// turns (the threshold doubles after each bias that did not last). Each thread has its own
+// flag, so a thread that read a stale bias and backs out never clears another's announcement.
 // Where the barrier is unavailable (not Linux, or the kernel refuses it) the lock is never
 // biased and every entry takes the spin_lock; so are threads past thread_slots.
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -70,13 +73,18 @@ struct heavy_barrier {
 /// unlocks what it locked.
 class biased_lock {
  public:
-  /// Entries in a row through the spin_lock by one thread that bias the lock to it. Debug
-  /// builds bias again soon, so that tests meet many revocations.
+  /// Entries in a row through the spin_lock by one thread that bias the lock to it, at first.
+  /// A bias revoked within `min_bias_time` did not pay for its barrier (threads taking turns
+  /// fast): the next one takes twice as many entries, up to max_rebias_after; one that lasted
+  /// longer sets it back. Debug builds bias again soon, so that tests meet many revocations.
 #if VRAM_DEBUG
   static constexpr std::uint32_t rebias_after = 8;
+  static constexpr std::uint32_t max_rebias_after = 64;
 #else
   static constexpr std::uint32_t rebias_after = 4096;
+  static constexpr std::uint32_t max_rebias_after = std::uint32_t{1} << 24;
 #endif
+  static constexpr std::chrono::microseconds min_bias_time{1000};
 
   [[gnu::always_inline]] void lock() noexcept {
     const std::size_t slot = thread_slot::get();
@@ -141,6 +149,8 @@ class biased_lock {
   [[gnu::noinline]] void revoke() noexcept {
     bias_.store(0, std::memory_order_relaxed);
     heavy_barrier::run();
+    const bool paid = std::chrono::steady_clock::now() - biased_at_ >= min_bias_time;
+    threshold_ = paid ? rebias_after : std::min(2 * threshold_, max_rebias_after);
   }
 
   /// Under lock_: counts the entries in a row of one thread, and biases the lock to it after
@@ -149,17 +159,22 @@ class biased_lock {
     if (slot != last_) {
       last_ = slot;
       in_a_row_ = 1;
-    } else if (++in_a_row_ >= rebias_after && slot < thread_slots && bias_.load(std::memory_order_relaxed) == 0 &&
+    } else if (++in_a_row_ >= threshold_ && slot < thread_slots && bias_.load(std::memory_order_relaxed) == 0 &&
                heavy_barrier::available()) {
+      biased_at_ = std::chrono::steady_clock::now();
       bias_.store(static_cast<std::uint32_t>(slot + 1), std::memory_order_relaxed);
     }
   }
 
-  spin_lock lock_;
-  std::atomic<std::uint32_t> bias_{0};                // 1 + the owner's thread slot; 0: none
+  // Two cache lines: every entry reads bias_, which changes rarely, so it stays shared in the
+  // caches of the threads taking turns on lock_'s line (one line had them 40 % slower then).
+  alignas(64) std::atomic<std::uint32_t> bias_{0};    // 1 + the owner's thread slot; 0: none
   std::array<std::atomic<bool>, thread_slots> in_{};  // in_[i]: slot i's thread is inside on the bias
+  alignas(64) spin_lock lock_;
   std::size_t last_ = thread_slots;                   // under lock_: the last thread slot through it
   std::uint32_t in_a_row_ = 0;                        // under lock_: its entries in a row
+  std::uint32_t threshold_ = rebias_after;            // under lock_: the entries in a row that bias it
+  std::chrono::steady_clock::time_point biased_at_;   // under lock_: when it was last biased
 };
 
 /// Holds a biased_lock for a scope (std::lock_guard, always inlined: on hot paths the
