@@ -77,11 +77,12 @@ using soft_limit_callback = std::function<void(tenant t, std::size_t soft_limit,
 /// Capabilities: owns() from its records; release, try_allocate (a refusal gives nullptr) and
 /// the upstream's check_invariants pass through (adaptor_base); stats() adds the upstream's.
 /// Complexity: served from credit, an allocation and a free each take their thread's shard
-/// lock once, on its bias (biased_lock.hpp: no locked instruction while no other thread
-/// took it lately; another thread's first entry costs one process-wide barrier), with a
-/// hash-map update unless the free is of the thread's newest allocation; else the book's charge (local_book: O(depth of the tenant) atomics). A free from another
-/// thread than the allocation's looks in up to thread_slots + 1 shards; usage() and a refusal
-/// lock each shard once.
+/// lock once, on its bias (biased_lock.hpp: no locked instruction while no other thread took
+/// it lately; another thread's first entry costs one process-wide barrier), with a hash-map
+/// update unless the free is of the thread's newest allocation; else the book's charge
+/// (local_book: O(depth of the tenant) atomics). A free from another thread than the
+/// allocation's looks in up to thread_slots + 1 shards; usage() and a refusal lock each shard
+/// once.
 template <class Upstream, class Observer = no_observer, class Book = detail::adaptor::local_book>
 class quota_adaptor
     : public detail::adaptor::adaptor_base<quota_adaptor<Upstream, Observer, Book>, Upstream> {

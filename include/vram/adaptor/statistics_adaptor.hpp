@@ -21,8 +21,8 @@ namespace vram {
 /// read-modify-write on the common path. Each thread (the first 16; later ones share one
 /// shard updated with atomic adds) writes its own shard of counters with plain stores; a shard publishes its
 /// share of the total live bytes to one shared word only every 64 KiB of net growth or when a
-/// free would take its share below zero (docs/PERFORMANCE.md, "Adaptor overhead": 2 ns per
-/// pair over a trivial upstream, 6 over a stream_pool). The counters take about 100 KiB
+/// free would take its share below zero (docs/PERFORMANCE.md, "Adaptor overhead": 0.3 ns per
+/// pair over a trivial upstream, 2 over a stream_pool). The counters take about 100 KiB
 /// (17 shards x 256 tenants x 24 bytes).
 ///
 /// What the figures mean across threads: current figures (live bytes, counts, per tenant) are

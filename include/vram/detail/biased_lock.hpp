@@ -154,7 +154,7 @@ class biased_lock {
   }
 
   /// Under lock_: counts the entries in a row of one thread, and biases the lock to it after
-  /// rebias_after of them.
+  /// threshold_ of them.
   void count_entry(std::size_t slot) noexcept {
     if (slot != last_) {
       last_ = slot;
