@@ -125,6 +125,34 @@ TEST_CASE("biased_lock: try_lock fails, not waits, while another thread is insid
   }
 }
 
+TEST_CASE("biased_lock: after a try_lock revoked the bias of an owner inside, lock() waits for it to leave", "[detail][biased_lock]") {
+  biased_lock lock;
+  std::atomic<int> phase{0};
+  std::atomic<bool> holder_inside{false};
+  std::thread holder([&] {
+    enter_times(lock, biased_lock::rebias_after);
+    lock.lock();  // on its bias, where the barrier exists
+    holder_inside = true;
+    phase = 1;
+    while (phase.load() != 2) std::this_thread::yield();
+    holder_inside = false;
+    lock.unlock();
+  });
+  while (phase.load() != 1) std::this_thread::yield();
+  CHECK_FALSE(lock.try_lock());  // revokes the bias, finds the owner inside, gives up
+  bool overlapped = false;
+  std::thread locker([&] {
+    lock.lock();
+    overlapped = holder_inside.load();
+    lock.unlock();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  phase = 2;
+  holder.join();
+  locker.join();
+  CHECK_FALSE(overlapped);
+}
+
 TEST_CASE("biased_lock: the owner and other threads never overlap, on the bias or off it", "[detail][biased_lock]") {
   biased_lock lock;
   section s;

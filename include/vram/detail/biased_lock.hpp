@@ -125,23 +125,28 @@ class biased_lock {
 
   [[gnu::noinline]] void lock_slow(std::size_t slot) noexcept {
     lock_.lock();
-    if (const std::uint32_t b = bias_.load(std::memory_order_relaxed); b != 0 && b - 1 != slot) {
-      revoke();
-      while (in_[b - 1].load(std::memory_order_acquire)) std::this_thread::yield();
-    }
+    revoke_for(slot);
+    while (in_[leaving_].load(std::memory_order_acquire)) std::this_thread::yield();
     count_entry(slot);
   }
   [[gnu::noinline]] bool try_lock_slow(std::size_t slot) noexcept {
     if (!lock_.try_lock()) return false;
-    if (const std::uint32_t b = bias_.load(std::memory_order_relaxed); b != 0 && b - 1 != slot) {
-      revoke();
-      if (in_[b - 1].load(std::memory_order_acquire)) {  // the owner is inside: it leaves by its flag
-        lock_.unlock();
-        return false;
-      }
+    revoke_for(slot);
+    if (in_[leaving_].load(std::memory_order_acquire)) {  // the owner is inside: it leaves by its flag
+      lock_.unlock();
+      return false;
     }
     count_entry(slot);
     return true;
+  }
+
+  /// Under lock_: revokes a bias that is not `slot`'s. Its owner may still be inside (until
+  /// leaving_'s flag clears); every later holder of lock_ checks that flag, not only this one.
+  void revoke_for(std::size_t slot) noexcept {
+    if (const std::uint32_t b = bias_.load(std::memory_order_relaxed); b != 0 && b - 1 != slot) {
+      revoke();
+      leaving_ = b - 1;
+    }
   }
 
   /// Under lock_: no thread enters on the bias once it returns; the owner may still be
@@ -171,6 +176,7 @@ class biased_lock {
   alignas(64) std::atomic<std::uint32_t> bias_{0};    // 1 + the owner's thread slot; 0: none
   std::array<std::atomic<bool>, thread_slots> in_{};  // in_[i]: slot i's thread is inside on the bias
   alignas(64) spin_lock lock_;
+  std::size_t leaving_ = 0;                           // under lock_: the last owner whose bias was revoked
   std::size_t last_ = thread_slots;                   // under lock_: the last thread slot through it
   std::uint32_t in_a_row_ = 0;                        // under lock_: its entries in a row
   std::uint32_t threshold_ = rebias_after;            // under lock_: the entries in a row that bias it
