@@ -72,10 +72,11 @@ inline std::uint64_t next_pool_id() noexcept {
 ///
 /// Thread safety: all members may be called concurrently. Each stream has a "lane" (bins,
 /// live-block map, counters) under its own small lock, biased to the thread that uses it
-/// (detail/biased_lock.hpp: that thread takes it with no locked instruction); the best-fit heap has one mutex taken
-/// only on bin misses, large requests, frees that overflow a bin, growth and release. Threads
-/// that each use their own stream share no lock and no written cache line on the small-size
-/// path: each lane keeps its own ledger of the live blocks allocated on its stream.
+/// (detail/biased_lock.hpp: that thread takes it with no locked instruction); the best-fit
+/// heap has one mutex taken only on bin misses, large requests, frees that overflow a bin,
+/// growth and release. Threads that each use their own stream share no lock and no written
+/// cache line on the small-size path: each lane keeps its own ledger of the live blocks
+/// allocated on its stream.
 ///
 /// Statistics: stats() adds the ledgers up, so current figures (live, requested, counts) are
 /// exact. Peaks are exact when one stream was used (one ledger); with several streams,

@@ -1,8 +1,9 @@
 #pragma once
-// detail::spin_lock: for state held a few dozen instructions at a time (a stream_pool lane's bin
-// pop and hash-map insert; under a biased_lock, a quota_adaptor thread shard's credit and
-// records), normally by one thread, so a test-and-test-and-set spin with yield is cheaper than a futex-based
-// std::mutex: taking it is one exchange, releasing it a store.
+// detail::spin_lock: for state held a few dozen instructions at a time, normally by one thread
+// (biased_lock's lock for the threads off its bias: a stream_pool lane's bin pop and hash-map
+// insert, a quota_adaptor thread shard's credit and records), so a test-and-test-and-set spin
+// with yield is cheaper than a futex-based std::mutex: taking it is one exchange, releasing it
+// a store.
 
 #include <atomic>
 #include <thread>
@@ -30,19 +31,6 @@ class spin_lock {
   }
 
   std::atomic<bool> locked_{false};
-};
-
-/// Holds a spin_lock for a scope (std::lock_guard, always inlined: on hot paths the compiler
-/// may otherwise call a lock_guard's constructor out of line).
-class spin_guard {
- public:
-  [[gnu::always_inline]] explicit spin_guard(spin_lock& l) noexcept : lock_(l) { lock_.lock(); }
-  [[gnu::always_inline]] ~spin_guard() { lock_.unlock(); }
-  spin_guard(const spin_guard&) = delete;
-  spin_guard& operator=(const spin_guard&) = delete;
-
- private:
-  spin_lock& lock_;
 };
 
 }  // namespace vram::detail
