@@ -101,6 +101,53 @@ TEST_CASE("biased_lock: biases itself to a thread that keeps coming; another thr
   CHECK(lock.biased_to() == me);
 }
 
+TEST_CASE("biased_lock: a thread past the thread slots is never biased, and a slotted thread still is after it", "[detail][biased_lock]") {
+  // Park threads on every free slot, then the next thread runs on the shared overflow slot.
+  std::atomic<bool> release{false};
+  std::vector<std::thread> parked;
+  biased_lock lock;
+  std::size_t overflow_slot = 0;
+  bool overflow_tried_lock = false, overflow_biased = true;
+  for (;;) {
+    REQUIRE(parked.size() <= thread_slots);
+    std::atomic<int> got{-1};
+    std::thread t([&] {
+      const std::size_t slot = thread_slot::get();
+      got = static_cast<int>(slot);
+      if (slot < thread_slots) {
+        while (!release.load()) std::this_thread::yield();
+        return;
+      }
+      overflow_slot = slot;
+      for (std::uint32_t i = 0; i < 3 * biased_lock::rebias_after; ++i) {
+        if (i % 2 == 0) {
+          biased_guard g(lock);
+        } else if (lock.try_lock()) {
+          overflow_tried_lock = true;
+          lock.unlock();
+        }
+      }
+      overflow_biased = lock.biased();
+    });
+    while (got.load() < 0) std::this_thread::yield();
+    if (static_cast<std::size_t>(got.load()) == thread_slots) {
+      t.join();
+      break;
+    }
+    parked.push_back(std::move(t));
+  }
+  release = true;
+  for (auto& t : parked) t.join();
+  CHECK(overflow_slot == thread_slots);
+  CHECK(overflow_tried_lock);
+  CHECK_FALSE(overflow_biased);
+  if (!heavy_barrier::available()) return;
+  const std::size_t me = thread_slot::get();
+  REQUIRE(me < thread_slots);
+  enter_times(lock, biased_lock::rebias_after);
+  CHECK(lock.biased_to() == me);
+}
+
 TEST_CASE("biased_lock: try_lock fails, not waits, while another thread is inside, on its bias or not", "[detail][biased_lock]") {
   for (const bool biased : {false, true}) {
     biased_lock lock;

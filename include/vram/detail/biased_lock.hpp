@@ -92,9 +92,12 @@ class biased_lock {
       lock_slow(slot);
   }
   /// Never waits: false while another thread holds the lock (or is inside on its bias).
+  /// Off the bias the whole entry is inline too: where threads take turns on the lock (two
+  /// on one stream), a call between the exchange and the section let the other thread take
+  /// the lock between every two entries, and each handover moves its cache lines.
   [[gnu::always_inline]] bool try_lock() noexcept {
     const std::size_t slot = thread_slot::get();
-    return enter_biased(slot) || try_lock_slow(slot);
+    return enter_biased(slot) || (lock_.try_lock() && entered_spin_lock(slot));
   }
   [[gnu::always_inline]] void unlock() noexcept {
     const std::size_t slot = thread_slot_index;  // as lock() saw it: a slot changes only at thread exit
@@ -104,6 +107,8 @@ class biased_lock {
       lock_.unlock();
   }
 
+  /// True while the lock is biased to a thread (for tests).
+  [[nodiscard]] bool biased() const noexcept { return bias_.load(std::memory_order_relaxed) != 0; }
   /// The thread slot the lock is biased to, or thread_slots when none (for tests).
   [[nodiscard]] std::size_t biased_to() const noexcept {
     const std::uint32_t b = bias_.load(std::memory_order_relaxed);
@@ -129,10 +134,11 @@ class biased_lock {
     while (in_[leaving_].load(std::memory_order_acquire)) std::this_thread::yield();
     count_entry(slot);
   }
-  [[gnu::noinline]] bool try_lock_slow(std::size_t slot) noexcept {
-    if (!lock_.try_lock()) return false;
+  /// try_lock() holding lock_: true when the section is ours, false (lock_ released) while
+  /// a revoked owner is still inside.
+  [[gnu::always_inline]] bool entered_spin_lock(std::size_t slot) noexcept {
     revoke_for(slot);
-    if (in_[leaving_].load(std::memory_order_acquire)) {  // the owner is inside: it leaves by its flag
+    if (in_[leaving_].load(std::memory_order_acquire)) [[unlikely]] {  // the owner is inside: it leaves by its flag
       lock_.unlock();
       return false;
     }
@@ -142,8 +148,8 @@ class biased_lock {
 
   /// Under lock_: revokes a bias that is not `slot`'s. Its owner may still be inside (until
   /// leaving_'s flag clears); every later holder of lock_ checks that flag, not only this one.
-  void revoke_for(std::size_t slot) noexcept {
-    if (const std::uint32_t b = bias_.load(std::memory_order_relaxed); b != 0 && b - 1 != slot) {
+  [[gnu::always_inline]] void revoke_for(std::size_t slot) noexcept {
+    if (const std::uint32_t b = bias_.load(std::memory_order_relaxed); b != 0 && b - 1 != slot) [[unlikely]] {
       revoke();
       leaving_ = b - 1;
     }
@@ -160,14 +166,22 @@ class biased_lock {
 
   /// Under lock_: counts the entries in a row of one thread, and biases the lock to it after
   /// threshold_ of them.
-  void count_entry(std::size_t slot) noexcept {
+  [[gnu::always_inline]] void count_entry(std::size_t slot) noexcept {
     if (slot != last_) {
       last_ = slot;
       in_a_row_ = 1;
-    } else if (++in_a_row_ >= threshold_ && slot < thread_slots && bias_.load(std::memory_order_relaxed) == 0 &&
-               heavy_barrier::available()) {
+    } else if (++in_a_row_ >= threshold_) [[unlikely]] {
+      bias_to(slot);
+    }
+  }
+  /// Under lock_: biases the lock to `slot` where it can be; where not (an overflow slot, no
+  /// barrier), the count starts again, so that the next try is threshold_ entries away.
+  [[gnu::noinline]] void bias_to(std::size_t slot) noexcept {
+    if (slot < thread_slots && bias_.load(std::memory_order_relaxed) == 0 && heavy_barrier::available()) {
       biased_at_ = std::chrono::steady_clock::now();
       bias_.store(static_cast<std::uint32_t>(slot + 1), std::memory_order_relaxed);
+    } else {
+      in_a_row_ = 0;
     }
   }
 
