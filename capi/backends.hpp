@@ -1,7 +1,7 @@
 #pragma once
 // The C ABI's backends: per device, the allocator stack built from the config over its source
-// (host, simulated, cuda), the ledger it charges, the table of live pointers, and the tenants
-// by name. A room of vram_c_abi.cpp, included by it alone.
+// (host, simulated, cuda), the ledger it charges, the table of live pointers (live_pointers.hpp),
+// and the tenants by name. A room of vram_c_abi.cpp, included by it alone.
 
 #include <array>
 #include <atomic>
@@ -12,7 +12,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -37,6 +36,7 @@
 #endif
 
 #include "environment.hpp"
+#include "live_pointers.hpp"
 
 namespace {
 
@@ -148,11 +148,6 @@ std::size_t host_memory_bytes() noexcept {
 
 using stack = tracker_adaptor<quota_adaptor<resource_ref<>>>;
 
-struct live_entry {
-  std::size_t size;
-  std::vector<vram_stream_t> streams;  // record_stream: extra streams to wait for at free
-};
-
 struct device_state {
   device_state(int id, const config& c, ledger_tenant l, core k, std::size_t cap)
       : device(id), cfg(c), ledger(std::move(l)), base(std::move(k)), capacity(cap),
@@ -172,8 +167,7 @@ struct device_state {
   stack top;
   tenant configured_tenant{};
 
-  std::atomic<std::size_t> limit{0};    // memory-fraction cap on charged bytes; 0: none
-  std::atomic<std::size_t> charged{0};  // bytes of live allocations (as requested)
+  std::atomic<std::size_t> limit{0};  // memory-fraction cap on live.charged(); 0: none
   std::atomic<std::size_t> ooms{0};
   std::atomic<std::size_t> misuses{0};
 
@@ -182,8 +176,7 @@ struct device_state {
     report_misuse({kind, "vram_c", p, bytes, expected});
   }
 
-  std::mutex live_mutex;
-  std::unordered_map<void*, live_entry> live;
+  live_pointers live;  // every live pointer of the C ABI on this device, and the bytes charged
 
   [[nodiscard]] stream_ref stream_of(vram_stream_t s) const noexcept {
     if (cfg.backend != backend_kind::cuda) return stream_ref{};  // host backends ignore streams
@@ -199,14 +192,6 @@ struct device_state {
     return names[static_cast<int>(cfg.backend)][static_cast<int>(cfg.allocator)];
   }
 
-  bool charge(std::size_t bytes) noexcept {
-    std::size_t cap = limit.load(std::memory_order_relaxed);
-    std::size_t now = charged.load(std::memory_order_relaxed);
-    do {
-      if (cap != 0 && (now > cap || bytes > cap - now)) return false;
-    } while (!charged.compare_exchange_weak(now, now + bytes, std::memory_order_relaxed));
-    return true;
-  }
 };
 
 std::mutex init_mutex;

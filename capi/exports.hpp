@@ -85,13 +85,17 @@ void* allocate(int device, std::size_t size, vram_stream_t stream) noexcept {
     return nullptr;
   }
   device_state& d = *dp;
-  if (!d.charge(size)) {
+  // Under a memory fraction the request is charged first, so that one over the cap changes
+  // nothing. Without one it is charged when recorded, in the same section (an allocation
+  // that meets a cap set meanwhile counts as made before it).
+  const std::size_t cap = d.limit.load(std::memory_order_relaxed);
+  if (cap != 0 && !d.live.charge(size, cap)) {
     d.ooms.fetch_add(1, std::memory_order_relaxed);
     char why[200];
     std::snprintf(why, sizeof why,
                   "vram: out of memory: %zu bytes requested, over the memory fraction set with "
                   "vram_set_memory_fraction (a cap of %zu bytes, %zu charged)",
-                  size, d.limit.load(std::memory_order_relaxed), d.charged.load(std::memory_order_relaxed));
+                  size, cap, d.live.charged());
     fail(why);
     return nullptr;
   }
@@ -109,8 +113,7 @@ void* allocate(int device, std::size_t size, vram_stream_t stream) noexcept {
         return d.top.allocate(s, size, default_alignment);
       }
     });
-    std::lock_guard lock(d.live_mutex);
-    d.live.emplace(p, live_entry{size, {}});
+    d.live.insert(p, size, cap != 0);
     return p;
   } catch (const std::bad_alloc& e) {
     d.ooms.fetch_add(1, std::memory_order_relaxed);
@@ -129,7 +132,7 @@ void* allocate(int device, std::size_t size, vram_stream_t stream) noexcept {
     fail("vram: unknown error");
   }
   if (p != nullptr) d.top.deallocate(s, p, size, default_alignment);  // the table insert failed
-  d.charged.fetch_sub(size, std::memory_order_relaxed);
+  if (cap != 0) d.live.uncharge(size);
   return nullptr;
 }
 
@@ -143,19 +146,10 @@ void deallocate(int device, void* p, std::size_t size, vram_stream_t stream) noe
   }
   device_state& d = *dp;
   live_entry entry;
-  {
-    std::lock_guard lock(d.live_mutex);
-    auto it = d.live.find(p);
-    if (it == d.live.end()) {
-      d.report(misuse::foreign_pointer, p, size, 0);
-      return;
-    }
-    if (size != 0 && size != it->second.size) {
-      d.report(misuse::wrong_size, p, size, it->second.size);
-      return;
-    }
-    entry = std::move(it->second);
-    d.live.erase(it);
+  switch (d.live.take(p, size, entry)) {  // uncharged with it
+    case live_pointers::found::yes: break;
+    case live_pointers::found::foreign: d.report(misuse::foreign_pointer, p, size, 0); return;
+    case live_pointers::found::wrong_size: d.report(misuse::wrong_size, p, size, entry.size); return;
   }
   // Nothing here blocks the caller: the free is ordered on `s` (a null stream, as CuPy's free
   // passes, is the legacy default stream), the record_stream streams through events, and the
@@ -180,12 +174,11 @@ void deallocate(int device, void* p, std::size_t size, vram_stream_t stream) noe
   } catch (...) {
     // An event call failed, so the free cannot be ordered after the other streams' work.
     // Waiting for them would block the caller on a broken device; handing the block back
-    // could let it be reused under their work. It stays held instead (still charged and
+    // could let it be reused under their work. It stays held instead (charged again, and
     // tracked): reported, never reused.
+    d.live.charge(entry.size, 0);
     d.report(misuse::upstream_failure, p, entry.size, 0);
-    return;
   }
-  d.charged.fetch_sub(entry.size, std::memory_order_relaxed);
 }
 
 template <class F>

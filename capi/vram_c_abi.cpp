@@ -70,16 +70,11 @@ VRAM_C_API void vram_record_stream(void* ptr, vram_stream_t stream) {
   for (int i = 0; i < max_devices; ++i) {
     device_state* d = existing(i);
     if (d == nullptr) continue;
-    std::lock_guard lock(d->live_mutex);
-    auto it = d->live.find(ptr);
-    if (it == d->live.end()) continue;
-    auto& streams = it->second.streams;
-    try {
-      if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
-    } catch (...) {
-      fail("vram: out of memory in vram_record_stream");
+    switch (d->live.add_stream(ptr, stream)) {
+      case live_pointers::added::foreign: continue;
+      case live_pointers::added::no_memory: fail("vram: out of memory in vram_record_stream"); return;
+      case live_pointers::added::yes: return;
     }
-    return;
   }
   report_misuse({misuse::foreign_pointer, "vram_c", ptr, 0, 0});
 }
@@ -216,13 +211,8 @@ VRAM_C_API void vram_shutdown(void) {
   for (auto& slot : devices) {
     device_state* d = slot.exchange(nullptr, std::memory_order_acq_rel);
     if (d == nullptr) continue;
-    bool idle = false;
-    {
-      std::lock_guard live_lock(d->live_mutex);
-      idle = d->live.empty();
-    }
-    if (!idle) {  // leaked on purpose: the owners of the live allocations may still use them
-      report_misuse({misuse::live_at_destruction, "vram_c", nullptr, d->charged.load(), 0});
+    if (!d->live.empty()) {  // leaked on purpose: the owners of the live allocations may still use them
+      report_misuse({misuse::live_at_destruction, "vram_c", nullptr, d->live.charged(), 0});
       try {
         (void)d->top.flush_event_log();  // its history so far, at least
       } catch (...) {

@@ -231,6 +231,67 @@ TEST_CASE("C ABI: memory fraction caps a device", "[interop][c_abi]") {
   a.free_(q, std::size_t{50} << 20, 0, nullptr);
   CHECK(a.set_memory_fraction(1.0, 0) == 0);  // no cap
   CHECK(stats_of(0).limit_bytes == 0);
+
+  // Blocks allocated with no cap count against one set later, and their frees give it back.
+  void* before = a.malloc_(std::size_t{200} << 20, 0, nullptr);
+  REQUIRE(before != nullptr);
+  CHECK(a.set_memory_fraction(0.25, 0) == 0);
+  CHECK(a.malloc_(std::size_t{100} << 20, 0, nullptr) == nullptr);
+  a.cupy_free(nullptr, before, 0);
+  void* all = a.malloc_(std::size_t{256} << 20, 0, nullptr);  // the whole cap: nothing left charged
+  CHECK(all != nullptr);
+  a.free_(all, std::size_t{256} << 20, 0, nullptr);
+  CHECK(a.set_memory_fraction(1.0, 0) == 0);
+}
+
+TEST_CASE("C ABI: under a memory fraction, threads that allocate and free concurrently never pass it", "[interop][c_abi]") {
+  configure({{"VRAM_BACKEND", "simulated"}, {"VRAM_DEVICE_BUDGET", "1G"}});
+  auto& a = lib();
+  constexpr std::size_t cap = std::size_t{64} << 20;
+  REQUIRE(a.set_memory_fraction(0.0625, 0) == 0);  // 64 MiB
+  REQUIRE(stats_of(0).limit_bytes == cap);
+  std::atomic<std::size_t> held{0}, peak{0};
+  std::atomic<int> bad{0}, refused{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::pair<void*, std::size_t>> mine;
+      for (int i = 0; i < 3000; ++i) {
+        const std::size_t n = (std::size_t{1} << 20) + std::size_t((i * 7919 + t * 104729) % (std::size_t{3} << 20));
+        if (void* p = a.malloc_(n, 0, nullptr)) {
+          // `held` counts a block after its charge and stops before its free: never more than
+          // the library has charged at that instant.
+          const std::size_t now = held.fetch_add(n) + n;
+          for (std::size_t seen = peak.load(); now > seen && !peak.compare_exchange_weak(seen, now);) {
+          }
+          mine.emplace_back(p, n);
+        } else {
+          ++refused;
+          if (std::string(a.last_error()).find("memory fraction") == std::string::npos) ++bad;
+        }
+        if (!mine.empty() && (i % 2 == 0 || mine.size() > 8)) {
+          auto [q, m] = mine.front();
+          mine.erase(mine.begin());
+          held.fetch_sub(m);
+          if (i % 4 == 0) a.cupy_free(nullptr, q, 0);
+          else a.free_(q, m, 0, nullptr);
+        }
+      }
+      for (auto [q, m] : mine) {
+        held.fetch_sub(m);
+        a.free_(q, m, 0, nullptr);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(bad == 0);
+  CHECK(refused > 0);  // the cap was reached
+  CHECK(peak <= cap);
+  CHECK(stats_of(0).live_allocations == 0);
+  void* all = a.malloc_(cap, 0, nullptr);  // every charge was given back
+  CHECK(all != nullptr);
+  a.free_(all, cap, 0, nullptr);
+  CHECK(a.set_memory_fraction(1.0, 0) == 0);
 }
 
 TEST_CASE("C ABI: slab allocator spills beyond its device budget", "[interop][c_abi]") {
