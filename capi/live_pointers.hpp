@@ -22,9 +22,10 @@ struct live_entry {
 };
 
 /// Every call takes one lock, biased to the thread that keeps allocating (no locked
-/// instruction for it), over an open-addressing table (no heap node per pointer): a
-/// std::mutex and a std::unordered_map here cost a vram_malloc + vram_free pair about 20 ns.
-/// The charge is kept under the same lock, so a pair pays no atomic read-modify-write for it.
+/// instruction for it), over an open-addressing table (no heap node per pointer), and the
+/// charge is kept under the same lock (no atomic read-modify-write for it): with a std::mutex
+/// over a std::unordered_map and an atomic charge, a vram_malloc + vram_free pair costs 37 ns
+/// more (docs/PERFORMANCE.md, "Adaptor overhead").
 /// Invariant: charged() == the sum of the entries' sizes, plus the charges taken by
 /// allocations not yet recorded (charge() before insert()).
 class live_pointers {

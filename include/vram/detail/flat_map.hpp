@@ -7,11 +7,13 @@
 // Linear probing with backward-shift deletion (no tombstones), load factor <= 1/4: runs stay
 // so short that a lookup usually ends at the home slot and an erase moves nothing, so the
 // loops' exits are predictable (at a load of 1/2 their exits mispredict far more often).
-// 64-128 bytes of table per entry: about the size of the block it points to.
+// 64-128 bytes of table per entry: about the size of the block it points to. Values are moved,
+// never copied (a value may own memory: erase_at, noexcept, then allocates nothing).
 // Invariant: size_ * 4 <= slots_.size(); every key sits in the probe run that starts at its hash.
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace vram::detail {
@@ -51,7 +53,7 @@ class flat_map {
     std::size_t i = home(key);
     for (; slots_[i].key != 0; i = (i + 1) & mask())
       if (slots_[i].key == key) return false;
-    slots_[i] = slot{key, value};
+    slots_[i] = slot{key, std::move(value)};
     ++size_;
     return true;
   }
@@ -59,19 +61,19 @@ class flat_map {
   /// Removes `key` (pre: present).
   void erase(std::uintptr_t key) noexcept { erase_at(locate(key)); }
 
-  /// Removes the entry in `slot` (from locate()).
-  void erase_at(std::size_t slot) noexcept {
-    std::size_t i = slot;
+  /// Removes the entry in slot `at` (from locate()).
+  void erase_at(std::size_t at) noexcept {
+    std::size_t i = at;
     // Backward shift: move later members of the run into the hole when their home allows.
     for (std::size_t j = (i + 1) & mask(); slots_[j].key != 0; j = (j + 1) & mask()) {
       std::size_t h = home(slots_[j].key);
       // slots_[j] may move to i when i lies cyclically in [h, j).
       if (((j - h) & mask()) >= ((j - i) & mask())) {
-        slots_[i] = slots_[j];
+        slots_[i] = std::move(slots_[j]);
         i = j;
       }
     }
-    slots_[i].key = 0;
+    slots_[i] = slot{};
     --size_;
   }
 
@@ -94,17 +96,17 @@ class flat_map {
     // mix them, and linear probing then builds long runs).
     return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_);
   }
-  void place(std::uintptr_t key, Value value) noexcept {
+  void place(std::uintptr_t key, Value&& value) noexcept {
     std::size_t i = home(key);
     while (slots_[i].key != 0) i = (i + 1) & mask();
-    slots_[i] = slot{key, value};
+    slots_[i] = slot{key, std::move(value)};
   }
   [[gnu::noinline]] void grow() {  // out of line: keeps insert() small enough to inline
-    std::vector<slot> old(slots_.size() * 2);
+    std::vector<slot> old(slots_.size() * 2);  // the only step that can throw
     old.swap(slots_);
     --shift_;
-    for (const auto& s : old)
-      if (s.key != 0) place(s.key, s.value);
+    for (auto& s : old)
+      if (s.key != 0) place(s.key, std::move(s.value));
   }
 
   std::vector<slot> slots_;
