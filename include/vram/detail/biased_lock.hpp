@@ -93,8 +93,9 @@ class biased_lock {
   }
   /// Never waits: false while another thread holds the lock (or is inside on its bias).
   /// Off the bias the whole entry is inline too: where threads take turns on the lock (two
-  /// on one stream), a call between the exchange and the section let the other thread take
-  /// the lock between every two entries, and each handover moves its cache lines.
+  /// on one stream), a call between the exchange and the section lets the other thread in
+  /// between every two entries, and each handover moves the lock's lines (a fifth of their
+  /// throughput here, docs/PERFORMANCE.md).
   [[gnu::always_inline]] bool try_lock() noexcept {
     const std::size_t slot = thread_slot::get();
     return enter_biased(slot) || (lock_.try_lock() && entered_spin_lock(slot));
