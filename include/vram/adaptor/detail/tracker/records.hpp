@@ -84,8 +84,8 @@ class tracker_ring {
     if (entries_.empty()) return nullptr;
     ring_entry* e = &entries_[next_];
     // The overwritten entry's count comes from counts_, a byte per entry that stays in the
-    // cache: read from the entry, whose lines were last touched a whole ring ago, it cost a
-    // cache miss per push.
+    // cache: read from the entry, whose lines were last touched a whole ring ago, it would
+    // cost a cache miss per push.
     if (size_ == entries_.size()) events_ -= counts_[next_];
     else ++size_;
     counts_[next_] = static_cast<std::uint8_t>(count);
@@ -116,9 +116,11 @@ class tracker_ring {
   [[nodiscard]] std::size_t capacity() const noexcept { return entries_.size(); }
 
  private:
+  /// Every cache line the entry touches (an entry need not start on a line).
   static void prefetch_for_write(const ring_entry* e) noexcept {
-    for (std::size_t line = 0; line < sizeof(ring_entry); line += 64)
-      __builtin_prefetch(reinterpret_cast<const char*>(e) + line, 1);
+    const char* last = reinterpret_cast<const char*>(e) + sizeof(ring_entry) - 1;
+    for (const char* p = reinterpret_cast<const char*>(e); p <= last; p += 64) __builtin_prefetch(p, 1);
+    __builtin_prefetch(last, 1);
   }
 
   std::vector<ring_entry> entries_;  // capacity entries, each holding one event or more
