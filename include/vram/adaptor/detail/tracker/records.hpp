@@ -66,9 +66,11 @@ struct ring_entry {
 
 /// A bounded ring of events: keeps the newest `capacity` events; `dropped()` counts the rest.
 /// It stores the newest `capacity` entries, which hold at least as many events (and perhaps
-/// some older ones, which for_each skips): dropping only the entry a push overwrites keeps a
-/// push from reading any other line of the ring. Invariant: events_ is the sum of the stored
-/// entries' counts.
+/// some older ones, which for_each skips). A push writes its entry, the entry's count and the
+/// write position, and reads no other line of the ring: what the readers need beyond that
+/// (events stored, dropped) they count from counts_, O(capacity). Invariant: counts_[i] ==
+/// entries_[i].count() for every stored entry; entries_[0, next_) are stored, and all of
+/// them once `full_`.
 class tracker_ring {
  public:
   explicit tracker_ring(std::size_t capacity) : entries_(capacity), counts_(capacity) {}
@@ -81,18 +83,15 @@ class tracker_ring {
   [[gnu::always_inline]] ring_entry* push(bool completed, bool segment) noexcept {
     const std::size_t count = 1 + std::size_t{completed} + std::size_t{segment};
     pushed_ += count;
-    if (entries_.empty()) return nullptr;
+    if (capacity_ == 0) return nullptr;
     ring_entry* e = &entries_[next_];
-    // The overwritten entry's count comes from counts_, a byte per entry that stays in the
-    // cache: read from the entry, whose lines were last touched a whole ring ago, it would
-    // cost a cache miss per push.
-    if (size_ == entries_.size()) events_ -= counts_[next_];
-    else ++size_;
     counts_[next_] = static_cast<std::uint8_t>(count);
     e->completed = completed;
     e->segment = segment;
-    events_ += count;
-    next_ = next_ + 1 == entries_.size() ? 0 : next_ + 1;
+    if (++next_ == capacity_) [[unlikely]] {
+      next_ = 0;
+      full_ = true;
+    }
     // The next push writes there: ask for its lines now, so the stores of that push do not
     // wait for them.
     prefetch_for_write(&entries_[next_]);
@@ -102,33 +101,43 @@ class tracker_ring {
   /// Calls f(const tracker_event&) on each kept event, oldest first.
   template <class F>
   void for_each(F&& f) const {
-    std::size_t skip = events_ - size();
-    std::size_t at = size_ == entries_.size() ? next_ : 0;
-    for (std::size_t i = 0; i < size_; ++i, at = at + 1 == entries_.size() ? 0 : at + 1)
+    std::size_t skip = stored_events() - size();
+    const std::size_t stored = stored_entries();
+    std::size_t at = full_ ? next_ : 0;
+    for (std::size_t i = 0; i < stored; ++i, at = at + 1 == capacity_ ? 0 : at + 1)
       entries_[at].expand([&](const tracker_event& e) {
         if (skip > 0) --skip;
         else f(e);
       });
   }
-  /// Events kept.
-  [[nodiscard]] std::size_t size() const noexcept { return std::min(events_, entries_.size()); }
+  /// Events kept. O(capacity).
+  [[nodiscard]] std::size_t size() const noexcept { return std::min(stored_events(), capacity_); }
+  /// Events pushed and not kept. O(capacity).
   [[nodiscard]] std::size_t dropped() const noexcept { return pushed_ - size(); }
-  [[nodiscard]] std::size_t capacity() const noexcept { return entries_.size(); }
+  [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
 
  private:
-  /// Every cache line the entry touches (an entry need not start on a line).
-  static void prefetch_for_write(const ring_entry* e) noexcept {
+  [[nodiscard]] std::size_t stored_entries() const noexcept { return full_ ? capacity_ : next_; }
+  [[nodiscard]] std::size_t stored_events() const noexcept {
+    std::size_t n = 0;
+    for (std::size_t i = 0, stored = stored_entries(); i < stored; ++i) n += counts_[i];
+    return n;
+  }
+
+  /// Every cache line the entry touches (an entry need not start on a line). Always inlined:
+  /// GCC finds a function of prefetches alone free of effects and deletes its calls.
+  [[gnu::always_inline]] static void prefetch_for_write(const ring_entry* e) noexcept {
     const char* last = reinterpret_cast<const char*>(e) + sizeof(ring_entry) - 1;
     for (const char* p = reinterpret_cast<const char*>(e); p <= last; p += 64) __builtin_prefetch(p, 1);
     __builtin_prefetch(last, 1);
   }
 
-  std::vector<ring_entry> entries_;  // capacity entries, each holding one event or more
-  std::vector<std::uint8_t> counts_; // counts_[i] == entries_[i].count() for a stored entry
-  std::size_t next_ = 0;             // where the next entry goes
-  std::size_t size_ = 0;             // entries stored, <= capacity
-  std::size_t events_ = 0;           // their events
-  std::size_t pushed_ = 0;           // every event pushed, kept or not
+  std::vector<ring_entry> entries_;   // capacity entries, each holding one event or more
+  std::vector<std::uint8_t> counts_;  // counts_[i] == entries_[i].count() for a stored entry
+  std::size_t capacity_ = entries_.size();
+  std::size_t next_ = 0;              // where the next entry goes
+  bool full_ = false;                 // every entry stored: the ring has wrapped
+  std::size_t pushed_ = 0;            // every event pushed, kept or not
 };
 
 /// "job/model_a/layer" for a tenant: its ancestors' names joined by '/'.
