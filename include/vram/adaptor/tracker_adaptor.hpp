@@ -121,7 +121,8 @@ class tracker_adaptor : public detail::adaptor::adaptor_base<tracker_adaptor<Ups
   [[nodiscard]] std::vector<tracker_event> events() const { return state_->events_copy(); }
   /// Frees requested whose completion is not recorded yet (their streams have not reached them).
   [[nodiscard]] std::size_t pending_frees() const { return state_->pending_frees(); }
-  /// Events that fell out of the ring.
+  /// Events that fell out of the ring. O(options.event_capacity): the ring counts them for
+  /// readers, not at each push.
   [[nodiscard]] std::size_t dropped_events() const {
     std::lock_guard lock(state_->mutex);
     return state_->ring.dropped();
