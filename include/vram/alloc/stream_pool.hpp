@@ -199,7 +199,8 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
       if (lane* l = cached_lane(s.key()); l != nullptr && l->mutex.try_lock()) [[likely]] {
         bool cached = false;
         if (block** found = l->live.find(reinterpret_cast<std::uintptr_t>(p)))
-          cached = (*found)->requested == bytes && !l->stream.stale(s) && l->bin_give(*found, options_.bin_capacity, options_.lane_cache_bytes);
+          cached = (*found)->requested == bytes && !l->stream.stale(s) &&
+                   l->bin_give(*found, align_up(bytes, quantum), options_.bin_capacity, options_.lane_cache_bytes);
         l->mutex.unlock();
         if (cached) [[likely]] {
           observer_.on_deallocate(p, bytes, s);
@@ -381,7 +382,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
             return;
           }
           if (l->stream.stale(s)) l->stream.refresh(s);
-          if (l->bin_give(b, options_.bin_capacity, options_.lane_cache_bytes)) {
+          if (l->bin_give(b, b->size, options_.bin_capacity, options_.lane_cache_bytes)) {
             lock.unlock();
             observer_.on_deallocate(p, bytes, s);
             return;

@@ -152,14 +152,17 @@ struct alignas(64) lane {  // its own cache lines: threads on other streams neve
     return b;
   }
   /// Caches live block b (of this lane, freed well-formed on its stream) in its bin; false
-  /// (nothing changed) when the bin holds `capacity` blocks or the cache would exceed `max_bytes`.
-  [[gnu::always_inline]] bool bin_give(block* b, std::size_t capacity, std::size_t max_bytes) noexcept {
-    auto& into = bins[size_classes::index(b->size)];
-    if (into.count >= capacity || cached_bytes + b->size > max_bytes) return false;
-    books.unbook(b->size, b->requested);
+  /// (nothing changed) when b is not `size` bytes, the bin holds `capacity` blocks or the
+  /// cache would exceed `max_bytes`. `size` is what the caller expects b's size to be: on the
+  /// bin path it comes from the free's own arguments, so that finding the bin does not wait
+  /// for b's line (the pair is bound by that chain of loads, not by its instructions).
+  [[gnu::always_inline]] bool bin_give(block* b, std::size_t size, std::size_t capacity, std::size_t max_bytes) noexcept {
+    auto& into = bins[size_classes::index(size)];
+    if (b->size != size || into.count >= capacity || cached_bytes + size > max_bytes) return false;
+    books.unbook(size, b->requested);
     b->requested = 0;  // cached(); it stays in the lane's map
     into.push(b);
-    cached_bytes += b->size;
+    cached_bytes += size;
     return true;
   }
   /// Adds this lane's figures to `st` (live, requested, counts, its binned blocks as free
