@@ -163,13 +163,12 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     // bytes, bad input) is out of line too.
     if (bytes - 1 < options_.small_max && align - 1 < quantum && (align & (align - 1)) == 0) [[likely]] {
       if (lane* l = cached_lane(s.key()); l != nullptr && l->mutex.try_lock()) [[likely]] {
-        std::uintptr_t addr;
-        block* b = l->bin_take(align_up(bytes, quantum), bytes, addr);
+        block* b = l->bin_take(align_up(bytes, quantum), bytes);
         l->mutex.unlock();
         if (b == nullptr) [[unlikely]]
           return take_for_lane(*l, s, bytes);
-        observer_.on_allocate(reinterpret_cast<void*>(addr), bytes, s);
-        return reinterpret_cast<void*>(addr);
+        observer_.on_allocate(reinterpret_cast<void*>(b->addr), bytes, s);
+        return reinterpret_cast<void*>(b->addr);
       }
     } else if (bytes > options_.small_max) {
       return allocate_from_heap(s, bytes, align);
@@ -199,10 +198,9 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     if (small && p != nullptr && bytes != 0) [[likely]] {  // bytes 0 would match a cached block
       if (lane* l = cached_lane(s.key()); l != nullptr && l->mutex.try_lock()) [[likely]] {
         bool cached = false;
-        const auto addr = reinterpret_cast<std::uintptr_t>(p);
-        if (block** found = l->live.find(addr))
+        if (block** found = l->live.find(reinterpret_cast<std::uintptr_t>(p)))
           cached = (*found)->requested == bytes && !l->stream.stale(s) &&
-                   l->bin_give(*found, addr, align_up(bytes, quantum), options_.bin_capacity, options_.lane_cache_bytes);
+                   l->bin_give(*found, align_up(bytes, quantum), options_.bin_capacity, options_.lane_cache_bytes);
         l->mutex.unlock();
         if (cached) [[likely]] {
           observer_.on_deallocate(p, bytes, s);
@@ -331,14 +329,13 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     if (bytes <= options_.small_max && align <= quantum) {
       if (lane* l = lane_for(s)) {
         block* b;
-        std::uintptr_t addr;
         {
           std::lock_guard lock(l->mutex);
-          b = l->bin_take(align_up(bytes, quantum), bytes, addr);
+          b = l->bin_take(align_up(bytes, quantum), bytes);
         }
         if (b == nullptr) return take_for_lane(*l, s, bytes);
-        observer_.on_allocate(reinterpret_cast<void*>(addr), bytes, s);
-        return reinterpret_cast<void*>(addr);
+        observer_.on_allocate(reinterpret_cast<void*>(b->addr), bytes, s);
+        return reinterpret_cast<void*>(b->addr);
       }
     }
     return allocate_from_heap(s, bytes, align);
@@ -385,7 +382,7 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
             return;
           }
           if (l->stream.stale(s)) l->stream.refresh(s);
-          if (l->bin_give(b, addr, b->size, options_.bin_capacity, options_.lane_cache_bytes)) {
+          if (l->bin_give(b, b->size, options_.bin_capacity, options_.lane_cache_bytes)) {
             lock.unlock();
             observer_.on_deallocate(p, bytes, s);
             return;

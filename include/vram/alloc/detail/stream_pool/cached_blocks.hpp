@@ -73,7 +73,7 @@ inline void place_again(heap& h, block& n) noexcept {
   b->state = block_state::lane;
   b->booked = &l;
   b->requested = 0;  // cached()
-  into.push(b, b->addr);
+  into.push(b);
   l.cached_bytes += size;
 }
 

@@ -71,57 +71,33 @@ struct heap_credit {
 };
 
 /// A size class's cache in a lane: a stack of cached blocks in storage the lane reserved at
-/// its creation (bin_capacity slots), so a push never allocates. Each block's address is kept
-/// beside it (addrs), so that a bin hit hands the address out without reading the block: a
-/// pair freeing what it just allocated is bound by its chain of dependent loads, and the
-/// block's line would be one more link. Invariants: count <= capacity; addrs[i] ==
-/// slots[i]->addr for i < count.
+/// its creation (bin_capacity slots), so a push never allocates. Invariant: count <= capacity.
 struct bin {
   static constexpr std::size_t probe = 4;  // entries looked at for an exact size
 
   block** slots = nullptr;
-  std::uintptr_t* addrs = nullptr;
   std::size_t count = 0;
   [[nodiscard]] block** begin() const noexcept { return slots; }
   [[nodiscard]] block** end() const noexcept { return slots + count; }
-  /// Pre: count < capacity; addr == b->addr (given by the caller, which has it at hand).
-  void push(block* b, std::uintptr_t addr) noexcept {
-    slots[count] = b;
-    addrs[count] = addr;
-    ++count;
-  }
+  void push(block* b) noexcept { slots[count++] = b; }  // pre: count < capacity
   /// Takes out b, which this bin holds, wherever it is: O(count).
   void remove(block* b) noexcept {
     for (std::size_t i = count; i > 0; --i)
       if (slots[i - 1] == b) {
-        take_at(i - 1);
+        slots[i - 1] = slots[--count];
         return;
       }
   }
-  /// Takes the most recently cached block of exactly `size` bytes and sets `addr` to its
-  /// address, or returns nullptr. A class up to linear_max holds one size; above, a class
-  /// holds several and the last few are looked at.
-  [[gnu::always_inline]] block* pop(std::size_t size, std::uintptr_t& addr) noexcept {
-    if (size <= size_classes::linear_max) {
-      if (count == 0) return nullptr;
-      --count;
-      addr = addrs[count];
-      return slots[count];
-    }
+  /// Takes the most recently cached block of exactly `size` bytes, or nullptr. A class up to
+  /// linear_max holds one size; above, a class holds several and the last few are looked at.
+  [[gnu::always_inline]] block* pop(std::size_t size) noexcept {
+    if (size <= size_classes::linear_max) return count != 0 ? slots[--count] : nullptr;
     for (std::size_t i = count, stop = count > probe ? count - probe : 0; i > stop; --i)
       if (block* b = slots[i - 1]; b->size == size) {
-        addr = addrs[i - 1];
-        take_at(i - 1);
+        slots[i - 1] = slots[--count];
         return b;
       }
     return nullptr;
-  }
-
- private:
-  void take_at(std::size_t i) noexcept {
-    --count;
-    slots[i] = slots[count];
-    addrs[i] = addrs[count];
   }
 };
 
@@ -130,20 +106,13 @@ struct bin {
 /// stream, on its bins and on the heap. Invariant: cached_bytes == sum of sizes in bins.
 struct alignas(64) lane {  // its own cache lines: threads on other streams never touch them
   lane(std::uintptr_t k, stream_ref s, std::size_t bin_capacity)
-      : key(k),
-        stream(s),
-        bin_storage(std::make_unique<block*[]>(size_classes::count * bin_capacity)),
-        bin_addrs(std::make_unique<std::uintptr_t[]>(size_classes::count * bin_capacity)) {
-    for (std::size_t i = 0; i < size_classes::count; ++i) {
-      bins[i].slots = bin_storage.get() + i * bin_capacity;
-      bins[i].addrs = bin_addrs.get() + i * bin_capacity;
-    }
+      : key(k), stream(s), bin_storage(std::make_unique<block*[]>(size_classes::count * bin_capacity)) {
+    for (std::size_t i = 0; i < size_classes::count; ++i) bins[i].slots = bin_storage.get() + i * bin_capacity;
   }
   mutable biased_lock mutex;  // biased to the thread that allocates on the stream
   std::uintptr_t key;
   freeing_stream stream;
   std::unique_ptr<block*[]> bin_storage;
-  std::unique_ptr<std::uintptr_t[]> bin_addrs;  // the addresses of bin_storage's blocks
   std::array<bin, size_classes::count> bins;
   live_map live;
   std::size_t cached_bytes = 0;
@@ -170,30 +139,30 @@ struct alignas(64) lane {  // its own cache lines: threads on other streams neve
     b->booked = this;
     book(b->size, requested);
   }
-  /// A bin hit: the cached block of exactly `size` bytes, booked live for `requested`, its
-  /// address in `addr`; or nullptr (nothing changed).
-  [[gnu::always_inline]] block* bin_take(std::size_t size, std::size_t requested, std::uintptr_t& addr) noexcept {
-    block* b = bins[size_classes::index(size)].pop(size, addr);
+  /// A bin hit: the cached block of exactly `size` bytes, booked live for `requested`; or
+  /// nullptr (nothing changed).
+  [[gnu::always_inline]] block* bin_take(std::size_t size, std::size_t requested) noexcept {
+    block* b = bins[size_classes::index(size)].pop(size);
     if (b != nullptr) {
       cached_bytes -= size;
       b->requested = requested;  // no longer cached(); it stays in the lane's map: no map update
                                  // on a bin hit (b->booked is this lane already: a lane's
                                  // blocks are booked to it)
-      book(size, requested);     // b->size is `size`: read nothing of b (see bin)
+      book(b->size, requested);
     }
     return b;
   }
-  /// Caches live block b (of this lane, freed well-formed on its stream; at `addr`) in its
-  /// bin; false (nothing changed) when b is not `size` bytes, the bin holds `capacity` blocks
-  /// or the cache would exceed `max_bytes`. `size` and `addr` are what the caller expects of
-  /// b: on the bin path they come from the free's own arguments, so that finding the bin does
-  /// not wait for b's line (see bin).
-  [[gnu::always_inline]] bool bin_give(block* b, std::uintptr_t addr, std::size_t size, std::size_t capacity, std::size_t max_bytes) noexcept {
+  /// Caches live block b (of this lane, freed well-formed on its stream) in its bin; false
+  /// (nothing changed) when b is not `size` bytes, the bin holds `capacity` blocks or the
+  /// cache would exceed `max_bytes`. `size` is what the caller expects b's size to be: on the
+  /// bin path it comes from the free's own arguments, so that finding the bin does not wait
+  /// for b's line (the pair is bound by that chain of loads, not by its instructions).
+  [[gnu::always_inline]] bool bin_give(block* b, std::size_t size, std::size_t capacity, std::size_t max_bytes) noexcept {
     auto& into = bins[size_classes::index(size)];
     if (b->size != size || into.count >= capacity || cached_bytes + size > max_bytes) return false;
     books.unbook(size, b->requested);
     b->requested = 0;  // cached(); it stays in the lane's map
-    into.push(b, addr);
+    into.push(b);
     cached_bytes += size;
     return true;
   }
@@ -243,10 +212,8 @@ struct alignas(64) lane {  // its own cache lines: threads on other streams neve
     if (requested != books.requested || live_bytes != books.live) fail("lane ledger disagrees with its blocks");
     if (books.peak_requested < books.requested || books.peak_live < books.live) fail("lane peaks");
     for (std::size_t i = 0; i < size_classes::count; ++i)
-      for (std::size_t at = 0; at < bins[i].count; ++at) {
-        const block* b = bins[i].slots[at];
+      for (block* b : bins[i]) {
         if (b->state != block_state::lane || !b->cached() || size_classes::index(b->size) != i) fail("bin holds a wrong block");
-        if (bins[i].addrs[at] != b->addr) fail("bin holds a wrong address");
         if (const_cast<live_map&>(live).find(b->addr) == nullptr) fail("cached block not in the lane's map");
         c.cached_bytes += b->size;
         ++c.cached_blocks;
