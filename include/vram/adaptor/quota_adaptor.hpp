@@ -157,12 +157,13 @@ class quota_adaptor
 
   // ---- the resource -------------------------------------------------------------------
 
-  void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
+  // Always inlined, as statistics_adaptor's are: the upstream's inline path stays in the caller.
+  [[gnu::always_inline]] void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
     return allocate(s, bytes, align, book().default_tenant());
   }
   /// Allocates for tenant `t` (overriding the default tenant).
   /// Throws quota_exceeded, the upstream's errors, invalid_argument for an unknown tenant.
-  void* allocate(stream_ref s, std::size_t bytes, std::size_t align, tenant t) {
+  [[gnu::always_inline]] void* allocate(stream_ref s, std::size_t bytes, std::size_t align, tenant t) {
     detail::check_request(name(), bytes, align);
     checked(t);
     if (bytes == 0) return nullptr;
@@ -202,7 +203,7 @@ class quota_adaptor
     return p;
   }
 
-  void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
+  [[gnu::always_inline]] void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
     if (p == nullptr) return;
     const std::size_t slot = detail::thread_slot::get();
     shard_t& own = state_->shards[slot];
@@ -234,10 +235,10 @@ class quota_adaptor
     observer_.on_deallocate(p, bytes, s);
   }
 
-  void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) {
+  [[gnu::always_inline]] void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) {
     return allocate(stream_ref{}, bytes, align, book().default_tenant());
   }
-  void deallocate_sync(void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
+  [[gnu::always_inline]] void deallocate_sync(void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
     deallocate(stream_ref{}, p, bytes, align);
   }
 

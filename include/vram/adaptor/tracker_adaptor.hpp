@@ -69,11 +69,12 @@ class tracker_adaptor : public detail::adaptor::adaptor_base<tracker_adaptor<Ups
 
   [[nodiscard]] static constexpr const char* name() noexcept { return "tracker_adaptor"; }
 
-  void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
+  // Always inlined, as statistics_adaptor's are: the upstream's inline path stays in the caller.
+  [[gnu::always_inline]] void* allocate(stream_ref s, std::size_t bytes, std::size_t align = default_alignment) {
     return allocate(s, bytes, align, current_tenant());
   }
   /// Allocates for tenant `t` (overriding the current tenant_scope).
-  void* allocate(stream_ref s, std::size_t bytes, std::size_t align, tenant t) {
+  [[gnu::always_inline]] void* allocate(stream_ref s, std::size_t bytes, std::size_t align, tenant t) {
     void* p;
     try {
       p = upstream_.allocate(s, bytes, align);
@@ -94,7 +95,7 @@ class tracker_adaptor : public detail::adaptor::adaptor_base<tracker_adaptor<Ups
 
   /// Records free_requested, frees upstream, and arranges free_completed for when `s` reaches
   /// the free: never blocks the calling thread (see the class comment).
-  void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
+  [[gnu::always_inline]] void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
     if (p == nullptr) return;
     auto ticket = state_->record_free_requested(p, bytes, s);
     if (!ticket.accepted) return;
@@ -102,10 +103,10 @@ class tracker_adaptor : public detail::adaptor::adaptor_base<tracker_adaptor<Ups
     state_->complete_after(state_, s, p, ticket);
   }
 
-  void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) {
+  [[gnu::always_inline]] void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) {
     return allocate(stream_ref{}, bytes, align, current_tenant());
   }
-  void deallocate_sync(void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
+  [[gnu::always_inline]] void deallocate_sync(void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
     deallocate(stream_ref{}, p, bytes, align);
   }
 

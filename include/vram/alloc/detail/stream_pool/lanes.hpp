@@ -79,7 +79,7 @@ struct bin {
   std::size_t count = 0;
   [[nodiscard]] block** begin() const noexcept { return slots; }
   [[nodiscard]] block** end() const noexcept { return slots + count; }
-  void push(block* b) noexcept { slots[count++] = b; }  // pre: count < capacity
+  [[gnu::always_inline]] void push(block* b) noexcept { slots[count++] = b; }  // pre: count < capacity
   /// Takes out b, which this bin holds, wherever it is: O(count).
   void remove(block* b) noexcept {
     for (std::size_t i = count; i > 0; --i)
@@ -122,11 +122,12 @@ struct alignas(64) lane {  // its own cache lines: threads on other streams neve
   // Counting is per ledger (a lane's under its lock, the heap's under the heap mutex; a heap
   // free credits the lane instead, without its lock: heap_credit): no atomic
   // read-modify-write on the bin path. Every member below: pre: this lane's lock held.
-  // Everything the bin path calls is always inlined (here, in bin, ledger, flat_map::find
-  // and biased_lock::try_lock): stream_pool's allocate() and deallocate() must stay free of
-  // calls on it. Left to GCC, these stay inline in a bare pool's loop but are outlined once
-  // the pool is inlined into an adaptor over it (the inliner's budget for the caller runs
-  // out), and the pair under statistics_adaptor pays several ns for the calls.
+  // Everything the bin path calls is always inlined (here, in bin, ledger, flat_map::find,
+  // size_classes::index, thread_slot::get and biased_lock::try_lock): stream_pool's
+  // allocate() and deallocate() must stay free of calls on it. Left to GCC, these stay
+  // inline in a bare pool's loop but are outlined once the pool is inlined into an adaptor
+  // over it (the inliner's budget for the caller runs out), and the pair under
+  // statistics_adaptor pays several ns for the calls.
 
   /// Books a block of this lane.
   [[gnu::always_inline]] void book(std::size_t size, std::size_t bytes) noexcept {

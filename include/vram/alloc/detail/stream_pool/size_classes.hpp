@@ -26,7 +26,7 @@ struct size_classes {
   static_assert(linear_max / divisions >= quantum, "geometric steps must stay multiples of the quantum");
 
   /// The class serving `bytes`; pre: 0 < bytes <= max_small.
-  [[nodiscard]] static constexpr std::size_t index(std::size_t bytes) noexcept {
+  [[nodiscard, gnu::always_inline]] static constexpr std::size_t index(std::size_t bytes) noexcept {
     if (bytes <= linear_max) return (bytes - 1) / quantum;
     std::size_t b = bytes - 1;
     int d = std::bit_width(b) - 1;  // floor(log2(b)) >= linear_log2
