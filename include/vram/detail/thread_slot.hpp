@@ -22,7 +22,7 @@ inline thread_local std::size_t thread_slot_index = unassigned_thread_slot;
 
 class thread_slot {
  public:
-  [[gnu::always_inline]] static std::size_t get() noexcept {  // on every bin path
+  static std::size_t get() noexcept {
     std::size_t i = thread_slot_index;
     if (i == unassigned_thread_slot) [[unlikely]] i = thread_slot_index = acquire();
     return i;

@@ -123,11 +123,12 @@ struct alignas(64) lane {  // its own cache lines: threads on other streams neve
   // free credits the lane instead, without its lock: heap_credit): no atomic
   // read-modify-write on the bin path. Every member below: pre: this lane's lock held.
   // Everything the bin path calls is always inlined (here, in bin, ledger, flat_map::find,
-  // size_classes::index, thread_slot::get and biased_lock::try_lock): stream_pool's
-  // allocate() and deallocate() must stay free of calls on it. Left to GCC, these stay
-  // inline in a bare pool's loop but are outlined once the pool is inlined into an adaptor
-  // over it (the inliner's budget for the caller runs out), and the pair under
-  // statistics_adaptor pays several ns for the calls.
+  // size_classes::index and biased_lock::try_lock): stream_pool's allocate() and
+  // deallocate() must stay free of calls on it. Left to GCC, these stay inline in a bare
+  // pool's loop but are outlined once the pool is inlined into an adaptor over it (the
+  // inliner's budget for the caller runs out), and the pair under statistics_adaptor pays
+  // several ns for the calls. (thread_slot::get is left to GCC: always inlined, it cost the
+  // bare pair 0.6 ns at -O2, scripts/pair-ab, for 1.3 ns under quota_adaptor.)
 
   /// Books a block of this lane.
   [[gnu::always_inline]] void book(std::size_t size, std::size_t bytes) noexcept {
