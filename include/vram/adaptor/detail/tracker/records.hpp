@@ -134,7 +134,7 @@ class tracker_ring {
 
   std::vector<ring_entry> entries_;   // capacity entries, each holding one event or more
   std::vector<std::uint8_t> counts_;  // counts_[i] == entries_[i].count() for a stored entry
-  std::size_t capacity_ = entries_.size();
+  std::size_t capacity_ = entries_.size();  // kept: entries_.size() is a division by the entry's size
   std::size_t next_ = 0;              // where the next entry goes
   bool full_ = false;                 // every entry stored: the ring has wrapped
   std::size_t pushed_ = 0;            // every event pushed, kept or not
