@@ -16,20 +16,23 @@
 
 namespace {
 
-using vram::tracked_allocation;
+using vram::detail::tracker::live_record;
 using vram::detail::tracker::live_table;
+
+/// A payload derived from the size, to tell one record from another.
+std::int64_t stamp(std::size_t bytes) { return static_cast<std::int64_t>(bytes) * 3 + 1; }
 
 const void* address(std::uint64_t i) { return reinterpret_cast<const void*>(std::uintptr_t{0x10000} + i * 256); }
 
 void check_against(const live_table& table, const std::unordered_map<const void*, std::size_t>& model) {
   REQUIRE(table.size() == model.size());
   std::size_t seen = 0;
-  table.for_each([&](const tracked_allocation& r) {
+  table.for_each([&](const live_record& r) {
     ++seen;
     auto it = model.find(r.address);
     REQUIRE(it != model.end());
     REQUIRE(r.bytes == it->second);
-    REQUIRE(r.tag == std::to_string(it->second));
+    REQUIRE(r.time_us == stamp(it->second));  // the record is the one its address was given
   });
   REQUIRE(seen == model.size());
 }
@@ -51,10 +54,10 @@ TEST_CASE("live_table: random inserts and erases agree with a map", "[adaptor][t
         continue;
       }
       REQUIRE(table.find(p) == nullptr);
-      tracked_allocation& r = table.insert(p);
+      live_record& r = table.insert(p);
       REQUIRE(r.address == p);
       r.bytes = 1 + rng() % 100000;
-      r.tag = std::to_string(r.bytes);
+      r.time_us = stamp(r.bytes);
       model.emplace(p, r.bytes);
       live.push_back(p);
     } else {
@@ -62,7 +65,7 @@ TEST_CASE("live_table: random inserts and erases agree with a map", "[adaptor][t
       const void* p = live[k];
       live[k] = live.back();
       live.pop_back();
-      tracked_allocation* r = table.find(p);
+      live_record* r = table.find(p);
       REQUIRE(r != nullptr);
       REQUIRE(r->bytes == model.at(p));
       table.erase(p);
@@ -76,7 +79,7 @@ TEST_CASE("live_table: random inserts and erases agree with a map", "[adaptor][t
   }
   for (const void* p : live) table.erase(p);
   CHECK(table.size() == 0);
-  table.for_each([](const tracked_allocation&) { FAIL("a record outlived its erase"); });
+  table.for_each([](const live_record&) { FAIL("a record outlived its erase"); });
 }
 
 TEST_CASE("live_table: erasing what is not live changes nothing", "[adaptor][tracker]") {

@@ -79,10 +79,10 @@ TEST_CASE("tracker_ring: the newest events of random calls, in order, at any cap
     const std::uint64_t stream = rng() % 4, segment_stream = 10 + rng() % 4;
     for (const expected& e : events_of(c, i, stream, segment_stream)) model.push_back(e);
     if (ring_entry* r = ring.push(c.completed, c.segment)) {
-      r->event.action = c.action;
-      r->event.address = i;
-      r->event.stream = stream;
-      r->segment_stream = segment_stream;
+      r->action = c.action;
+      r->address = i;
+      r->stream = stream;
+      r->other = segment_stream;
       REQUIRE(r->count() == events_of(c, i, stream, segment_stream).size());
     } else {
       REQUIRE(capacity == 0);

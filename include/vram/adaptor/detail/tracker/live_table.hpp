@@ -1,12 +1,15 @@
 #pragma once
-// The tracker's live allocations by address: an open-addressing index (linear probing,
-// backward-shift deletion) over a vector of records whose slots are reused. A std::unordered_map
-// costs a heap node per allocation and a division per lookup; here an allocate + free pair
-// allocates nothing once the table has grown, and a reused slot's tag string keeps its buffer.
+// The tracker's live allocations by address: open addressing (linear probing, backward-shift
+// deletion) with the records in the buckets themselves. A std::unordered_map costs a heap node
+// per allocation and a division per lookup; an index of slots into a separate array of
+// records, one more dependent load per lookup and a free list to keep. Here a lookup is the
+// hash and the bucket's line, and an allocate + free pair allocates nothing once the table
+// has grown.
 
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -14,9 +17,27 @@
 
 namespace vram::detail::tracker {
 
-/// Invariants: every record with a non-null address is indexed exactly once, under its
-/// address; free slots have a null address and are listed in free_; the index is at most half
-/// full, and each key lies between its home bucket and the first empty bucket after it.
+/// One live allocation as the tracker keeps it: a tracked_allocation whose tag is the
+/// tracker's one copy (tag_table), not a string of its own.
+struct live_record {
+  const void* address = nullptr;
+  std::size_t bytes = 0;
+  tenant owner;
+  const std::string* tag = nullptr;  // nullptr: untagged
+  std::uint64_t stream = 0;
+  std::int64_t time_us = 0;
+  std::vector<void*> frames;  // native return addresses, innermost first (empty unless captured)
+
+  [[nodiscard]] tracked_allocation copy() const {
+    return {address, bytes, owner, tag != nullptr ? *tag : std::string(), stream, time_us, frames};
+  }
+};
+
+/// Invariants: the buckets are a power of two in number (or none); a bucket with a non-null
+/// address holds that address's record, and no two hold the same address; at most half of
+/// them are taken, and each record lies between its home bucket and the first empty bucket
+/// after it. A record's address (and a bucket number) stays valid until the next insert or
+/// erase: both move records.
 class live_table {
  public:
   static constexpr std::size_t npos = ~std::size_t{0};
@@ -24,29 +45,29 @@ class live_table {
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   [[nodiscard]] bool contains(const void* p) const noexcept { return bucket_of(p) != npos; }
 
-  [[nodiscard]] tracked_allocation* find(const void* p) noexcept {
+  [[nodiscard]] live_record* find(const void* p) noexcept {
     std::size_t b = bucket_of(p);
-    return b == npos ? nullptr : &records_[index_[b].slot];
+    return b == npos ? nullptr : &buckets_[b];
   }
 
   /// `p`'s record and false when it is live here; else a new record for `p` (its address
-  /// set, the caller fills the rest) and true. One probe of the index. Throws std::bad_alloc
-  /// having changed nothing.
-  std::pair<tracked_allocation*, bool> find_or_insert(const void* p) {
-    if ((size_ + 1) * 2 > index_.size()) grow();
+  /// set, the caller fills the rest) and true. One probe. Throws std::bad_alloc having
+  /// changed nothing.
+  std::pair<live_record*, bool> find_or_insert(const void* p) {
+    if ((size_ + 1) * 2 > buckets_.size()) grow();
     std::size_t b = home(p);
-    for (; index_[b].key != nullptr; b = (b + 1) & mask())
-      if (index_[b].key == p) return {&records_[index_[b].slot], false};
-    return {&insert_at(b, p), true};
+    for (; buckets_[b].address != nullptr; b = (b + 1) & mask_)
+      if (buckets_[b].address == p) return {&buckets_[b], false};
+    return {&take(b, p), true};
   }
 
   /// A record for `p`, which must not be live here, with its address set; the caller fills the
   /// rest. Throws std::bad_alloc having changed nothing.
-  tracked_allocation& insert(const void* p) {
-    if ((size_ + 1) * 2 > index_.size()) grow();
+  live_record& insert(const void* p) {
+    if ((size_ + 1) * 2 > buckets_.size()) grow();
     std::size_t b = home(p);
-    while (index_[b].key != nullptr) b = (b + 1) & mask();
-    return insert_at(b, p);
+    while (buckets_[b].address != nullptr) b = (b + 1) & mask_;
+    return take(b, p);
   }
 
   /// Forgets `p`'s record (live here).
@@ -55,83 +76,64 @@ class live_table {
   /// The bucket of `p`'s record, for record() and erase_bucket(); npos when `p` is not live.
   [[nodiscard]] std::size_t bucket_of(const void* p) const noexcept {
     if (size_ == 0 || p == nullptr) return npos;
-    for (std::size_t b = home(p); index_[b].key != nullptr; b = (b + 1) & mask())
-      if (index_[b].key == p) return b;
+    for (std::size_t b = home(p); buckets_[b].address != nullptr; b = (b + 1) & mask_)
+      if (buckets_[b].address == p) return b;
     return npos;
   }
-  [[nodiscard]] tracked_allocation& record(std::size_t bucket) noexcept { return records_[index_[bucket].slot]; }
+  [[nodiscard]] live_record& record(std::size_t bucket) noexcept { return buckets_[bucket]; }
 
   /// Forgets the record in `bucket` (from bucket_of, with no insert or erase since); npos: nothing.
   /// Always inlined: on the tracker's free path the call cost a tracked pair about 1.5 ns.
   [[gnu::always_inline]] void erase_bucket(std::size_t hole) noexcept {
     if (hole == npos) return;
-    const std::size_t slot = index_[hole].slot;
-    records_[slot].address = nullptr;
-    records_[slot].frames.clear();
-    free_.push_back(slot);  // capacity reserved by insert
     --size_;
-    // Backward shift: move later keys of the run into the hole where their home allows.
-    for (std::size_t b = (hole + 1) & mask(); index_[b].key != nullptr; b = (b + 1) & mask()) {
-      const std::size_t h = home(index_[b].key);
+    // Backward shift: move later records of the run into the hole where their home allows.
+    for (std::size_t b = (hole + 1) & mask_; buckets_[b].address != nullptr; b = (b + 1) & mask_) {
+      const std::size_t h = home(buckets_[b].address);
       const bool movable = hole <= b ? (h <= hole || h > b) : (h <= hole && h > b);
       if (!movable) continue;
-      index_[hole] = index_[b];
+      buckets_[hole] = std::move(buckets_[b]);
       hole = b;
     }
-    index_[hole] = {};
+    buckets_[hole].address = nullptr;
+    buckets_[hole].frames.clear();
   }
 
-  /// Calls f(const tracked_allocation&) on every live record, in no particular order.
+  /// Calls f(const live_record&) on every live record, in no particular order.
   template <class F>
   void for_each(F&& f) const {
-    for (const tracked_allocation& r : records_)
+    for (const live_record& r : buckets_)
       if (r.address != nullptr) f(r);
   }
 
  private:
-  struct bucket {
-    const void* key = nullptr;
-    std::size_t slot = 0;
-  };
-
-  /// Takes a free slot for `p` and indexes it in the empty bucket `b`. Throws std::bad_alloc
-  /// (before the index changes).
-  tracked_allocation& insert_at(std::size_t b, const void* p) {
-    if (free_.empty()) {
-      // Room in free_ for every slot, so that erase cannot throw.
-      if (free_.capacity() < records_.size() + 1) free_.reserve(2 * records_.size() + 16);
-      records_.emplace_back();
-      free_.push_back(records_.size() - 1);
-    }
-    const std::size_t slot = free_.back();
-    free_.pop_back();
-    index_[b] = {p, slot};
+  live_record& take(std::size_t b, const void* p) noexcept {
     ++size_;
-    records_[slot].address = p;
-    return records_[slot];
+    buckets_[b].address = p;
+    return buckets_[b];
   }
 
-  [[nodiscard]] std::size_t mask() const noexcept { return index_.size() - 1; }
   [[nodiscard]] std::size_t home(const void* p) const noexcept {
     // Fibonacci hashing of the address: its low bits are alignment, its high bits alike.
-    const auto h = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p)) * 0x9E3779B97F4A7C15ull;
-    return static_cast<std::size_t>(h >> (64 - std::countr_zero(index_.size())));
+    return static_cast<std::size_t>((reinterpret_cast<std::uintptr_t>(p) * 0x9E3779B97F4A7C15ull) >> shift_);
   }
 
   void grow() {
-    std::vector<bucket> bigger(index_.empty() ? 64 : index_.size() * 2);
-    std::swap(index_, bigger);  // bigger holds the old index now
-    for (const bucket& old : bigger) {
-      if (old.key == nullptr) continue;
-      std::size_t b = home(old.key);
-      while (index_[b].key != nullptr) b = (b + 1) & mask();
-      index_[b] = old;
+    std::vector<live_record> bigger(buckets_.empty() ? 64 : buckets_.size() * 2);
+    std::swap(buckets_, bigger);  // bigger holds the old records now
+    mask_ = buckets_.size() - 1;
+    shift_ = 64 - static_cast<unsigned>(std::countr_zero(buckets_.size()));
+    for (live_record& old : bigger) {
+      if (old.address == nullptr) continue;
+      std::size_t b = home(old.address);
+      while (buckets_[b].address != nullptr) b = (b + 1) & mask_;
+      buckets_[b] = std::move(old);
     }
   }
 
-  std::vector<bucket> index_;              // size a power of two (or empty)
-  std::vector<tracked_allocation> records_;
-  std::vector<std::size_t> free_;          // slots of records_ with a null address
+  std::vector<live_record> buckets_;
+  std::size_t mask_ = 0;  // buckets_.size() - 1
+  unsigned shift_ = 64;   // 64 - log2(buckets_.size()): home() keeps the product's top bits
   std::size_t size_ = 0;
 };
 

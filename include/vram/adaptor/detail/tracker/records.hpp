@@ -29,21 +29,39 @@ namespace detail::tracker {
 /// One call's events, recorded as one entry of the ring and expanded when read: an
 /// allocation that is its own segment is segment_alloc + alloc; a free completed at once is
 /// free_requested + free_completed (+ segment_free); a completion, free_completed (+
-/// segment_free). One entry per call instead of up to three events is what keeps the ring's
-/// writes a small part of a tracked allocate + free (docs/observability.md, the tracker's cost).
-struct ring_entry {
-  tracker_event event;              // the first event; the others differ in action and stream only
-  std::uint64_t segment_stream = 0;  // the segment_free's stream: the block's allocating stream
-  bool completed = false;            // free_requested: free_completed follows, on event.stream
-  bool segment = false;              // alloc: segment_alloc precedes; a free: segment_free follows
-                                     // (a free_requested has it only with `completed`)
+/// segment_free). One entry per call instead of up to three events, and one cache line per
+/// entry (the tag a pointer to the tracker's one copy of it, not a string), is what keeps the
+/// ring's writes a small part of a tracked allocate + free (docs/observability.md, the
+/// tracker's cost).
+struct alignas(64) ring_entry {
+  std::uint64_t address = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t stream = 0;
+  std::int64_t time_us = 0;
+  std::uint64_t thread = 0;
+  std::uint64_t other = 0;          // a free's segment_free stream (the block's allocating stream);
+                                    // an oom's device_free
+  const std::string* tag = nullptr;  // the tracker's tag_table copy; nullptr: untagged
+  tenant owner;
+  tracker_action action = tracker_action::alloc;  // the first event's
+  bool completed = false;  // free_requested: free_completed follows, on `stream`
+  bool segment = false;    // alloc: segment_alloc precedes; a free: segment_free follows
+                           // (a free_requested has it only with `completed`)
 
   [[nodiscard]] std::size_t count() const noexcept { return 1 + std::size_t{completed} + std::size_t{segment}; }
+
+  /// The first event.
+  [[nodiscard]] tracker_event first() const noexcept {
+    tracker_event e{action, address, bytes, stream, time_us, thread, owner, 0, {}};
+    if (action == tracker_action::oom) e.device_free = other;
+    if (tag != nullptr) e.set_tag(*tag);
+    return e;
+  }
 
   /// Calls f(const tracker_event&) on each of its events, in order.
   template <class F>
   void expand(F&& f) const {
-    tracker_event e = event;
+    tracker_event e = first();
     if (e.action == tracker_action::alloc && segment) {
       e.action = tracker_action::segment_alloc;
       f(std::as_const(e));
@@ -58,11 +76,12 @@ struct ring_entry {
     }
     if (segment && e.action == tracker_action::free_completed) {
       e.action = tracker_action::segment_free;
-      e.stream = segment_stream;
+      e.stream = other;
       f(std::as_const(e));
     }
   }
 };
+static_assert(sizeof(ring_entry) == 64, "a ring entry is one cache line");
 
 /// A bounded ring of events: keeps the newest `capacity` events; `dropped()` counts the rest.
 /// It stores the newest `capacity` entries, which hold at least as many events (and perhaps
@@ -75,9 +94,8 @@ class tracker_ring {
  public:
   explicit tracker_ring(std::size_t capacity) : entries_(capacity), counts_(capacity) {}
 
-  /// The entry of a new call's events, for the caller to fill in place (`event` and
-  /// `segment_stream`; `completed` and `segment` as given here, which fix its count); nullptr
-  /// for a ring of capacity 0 (its events count as dropped). Always inlined, as is
+  /// The entry of a new call's events, for the caller to fill in place but for `completed`
+  /// and `segment`, set here (they fix its count); nullptr for a ring of capacity 0 (its events count as dropped). Always inlined, as is
   /// tracker_clock::at: on the allocation path, where GCC left them out of line once the
   /// pool's bin path was inlined there too, each call cost a tracked pair about 1 ns.
   [[gnu::always_inline]] ring_entry* push(bool completed, bool segment) noexcept {
@@ -109,6 +127,11 @@ class tracker_ring {
         if (skip > 0) --skip;
         else f(e);
       });
+  }
+  /// Calls f(const ring_entry&) on each stored entry, in no particular order.
+  template <class F>
+  void for_each_entry(F&& f) const {
+    for (std::size_t i = 0, stored = stored_entries(); i < stored; ++i) f(entries_[i]);
   }
   /// Events kept. O(capacity).
   [[nodiscard]] std::size_t size() const noexcept { return std::min(stored_events(), capacity_); }

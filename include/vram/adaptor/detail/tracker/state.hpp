@@ -32,6 +32,7 @@
 #include <vram/adaptor/detail/tracker/pending.hpp>
 #include <vram/adaptor/detail/tracker/records.hpp>
 #include <vram/adaptor/detail/tracker/steps.hpp>
+#include <vram/adaptor/detail/tracker/tag_table.hpp>
 
 namespace vram::detail::tracker {
 
@@ -58,9 +59,9 @@ struct tracker_state {
   /// A free requested and not yet completed.
   struct pending_free {
     // A constructor, for try_emplace: nvcc's front end has no parenthesized aggregate init.
-    pending_free(tracked_allocation&& b, std::uint64_t i, std::uint64_t on, bool own) noexcept
+    pending_free(live_record&& b, std::uint64_t i, std::uint64_t on, bool own) noexcept
         : block(std::move(b)), id(i), stream(on), own_segment(own) {}
-    tracked_allocation block;  // as it was live; block.stream is the allocating stream
+    live_record block;  // as it was live; block.stream is the allocating stream
     std::uint64_t id;          // tells this free from a later one at the same address
     std::uint64_t stream;      // the stream the free is ordered on
     bool own_segment;
@@ -78,6 +79,7 @@ struct tracker_state {
   //             live.size() == allocations - deallocations;
   //             the ranges [a, a + bytes) of live and pending records are pairwise disjoint.
   live_table live;
+  tag_table tags;  // the tags that live and pending records and ring entries name
   tracker_clock clock;  // every time recorded, read under the mutex
   std::map<std::uintptr_t, pending_free> pending;  // by address
   tracker_pending_markers markers;                 // the pending frees on CUDA streams
@@ -104,12 +106,12 @@ struct tracker_state {
     return hash;
   }
 
-  /// Records one call's events (inlined: on the allocation path the call and its eleven
+  /// Records one call's events (inlined: on the allocation path the call and its ten
   /// arguments cost a tenth of a tracked pair): `a` and, as ring_entry says, the free_completed
-  /// (`completed`) and the segment event (`segment`; a segment_free is on `segment_stream`).
+  /// (`completed`) and the segment event (`segment`); `other` as ring_entry::other.
   [[gnu::always_inline]] void push(tracker_action a, std::uintptr_t p, std::size_t bytes, std::uint64_t stream, tenant t,
-            std::string_view tag, std::int64_t now, bool completed = false, bool segment = false,
-            std::uint64_t segment_stream = 0, std::uint64_t device_free = 0) noexcept {
+                                   const std::string* tag, std::int64_t now, bool completed = false,
+                                   bool segment = false, std::uint64_t other = 0) noexcept {
     // Filled in place: a temporary would be zeroed (its tag array) and copied, per event.
     ring_entry* r = ring.push(completed, segment);
     if (r == nullptr) [[unlikely]] {
@@ -118,17 +120,15 @@ struct tracker_state {
       r->completed = completed;
       r->segment = segment;
     }
-    tracker_event& e = r->event;
-    e.action = a;
-    e.address = p;
-    e.bytes = bytes;
-    e.stream = stream;
-    e.time_us = now;
-    e.thread = thread_hash();
-    e.owner = t;
-    e.device_free = device_free;
-    e.set_tag(tag);
-    r->segment_stream = segment_stream;
+    r->action = a;
+    r->address = p;
+    r->bytes = bytes;
+    r->stream = stream;
+    r->time_us = now;
+    r->thread = thread_hash();
+    r->owner = t;
+    r->tag = tag;
+    r->other = other;
     if (log) [[unlikely]]
       r->expand([&](const tracker_event& x) { log->write(x); });
   }
@@ -149,24 +149,42 @@ struct tracker_state {
 
   static std::uintptr_t address_of(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p); }
 
+  /// The caller's native call stack (options.max_frames at most): out of line, so that the
+  /// allocation path without stacks carries none of it.
+  [[gnu::noinline]] std::vector<void*> capture_stack() const {
+    std::vector<void*> frames;
+#if VRAM_TRACKER_HAS_BACKTRACE
+    frames.resize(options.max_frames);
+    int n = backtrace(frames.data(), static_cast<int>(frames.size()));
+    frames.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+#endif
+    return frames;
+  }
+
+  /// Drops the tags no record names any more. Pre: mutex held.
+  [[gnu::noinline]] void collect_tags() noexcept {
+    tags.collect([&](auto&& used) {
+      live.for_each([&](const live_record& r) { used(r.tag); });
+      for (const auto& [a, f] : pending) used(f.block.tag);
+      ring.for_each_entry([&](const ring_entry& e) { used(e.tag); });
+    });
+  }
+
   /// `own_segment`: the allocation is reported as a segment of its own (adaptor mode).
   /// Throws bad_alloc (no host memory for the record), having recorded nothing of `p`.
   void record_allocate(const void* p, std::size_t bytes, stream_ref s, tenant t, bool own_segment = true) {
     std::vector<void*> frames;
-#if VRAM_TRACKER_HAS_BACKTRACE
-    if (options.capture_stacks) {
-      frames.resize(options.max_frames);
-      int n = backtrace(frames.data(), static_cast<int>(frames.size()));
-      frames.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
-    }
-#endif
-    const char* tag = current_tag();
+    if (options.capture_stacks) [[unlikely]]
+      frames = capture_stack();
     const std::uint64_t ticks = clock.ticks();  // outside the lock (see tracker_clock::ticks)
     vram::detail::biased_guard lock(mutex);
     poll_locked();
     const std::int64_t now = clock.at(ticks);
+    if (tags.full()) [[unlikely]]
+      collect_tags();
+    const std::string* tag = tags.current();        // throws bad_alloc having kept nothing new
     auto [record, added] = live.find_or_insert(p);  // throws bad_alloc having changed nothing
-    tracked_allocation& r = *record;
+    live_record& r = *record;
     if (!added) {
       if (own_segment) return;  // an upstream handing out a live pointer twice: keep the first record
       // The allocator handed p out again before the old use's free reached us: the old use
@@ -178,14 +196,7 @@ struct tracker_state {
       r.frames.clear();
     }
     complete_overlapping_locked(address_of(p), bytes, now);
-    try {
-      // A reused record's string keeps its buffer: no allocation for short tags.
-      if (*tag == '\0') r.tag.clear();
-      else r.tag.assign(tag);
-    } catch (...) {
-      live.erase(p);  // a superseded old use stays ended (recorded above)
-      throw;
-    }
+    r.tag = tag;
     r.bytes = bytes;
     r.owner = t;
     r.stream = s.key();
@@ -217,13 +228,13 @@ struct tracker_state {
       if (report) report_misuse({misuse::foreign_pointer, resource, p, bytes, 0});
       return {};
     }
-    tracked_allocation* it = &live.record(bucket);
+    live_record* it = &live.record(bucket);
     if (it->bytes != bytes) {
       if (report) report_misuse({misuse::wrong_size, resource, p, bytes, it->bytes});
       return {};
     }
     const std::int64_t now = clock.at(ticks);
-    const tracked_allocation* a = it;  // the record, in `live` or moved to `pending`
+    const live_record* a = it;  // the record, in `live` or moved to `pending`
     live_bytes -= bytes;
     ++deallocations;
     free_ticket ticket{true, 0};
@@ -308,7 +319,7 @@ struct tracker_state {
     }
   }
 
-  void finish(std::uintptr_t a, const tracked_allocation& b, std::uint64_t stream, bool own_segment,
+  void finish(std::uintptr_t a, const live_record& b, std::uint64_t stream, bool own_segment,
               std::int64_t now) noexcept {
     push(tracker_action::free_completed, a, b.bytes, stream, b.owner, b.tag, now, false, own_segment, b.stream);
   }
@@ -325,7 +336,7 @@ struct tracker_state {
       else segments.erase(a);
     } catch (...) {  // out of host memory for the map: the segment goes unrecorded
     }
-    push(grow ? tracker_action::segment_alloc : tracker_action::segment_free, a, bytes, 0, tenant{}, "", now);
+    push(grow ? tracker_action::segment_alloc : tracker_action::segment_free, a, bytes, 0, tenant{}, nullptr, now);
   }
 
   /// `device_free`: the bytes the failing allocator had free (written as PyTorch's device_free).
@@ -334,7 +345,12 @@ struct tracker_state {
       std::lock_guard lock(mutex);
       poll_locked();
       ++ooms;
-      push(tracker_action::oom, 0, bytes, s.key(), t, current_tag(), clock.now_us(), false, false, 0, device_free);
+      const std::string* tag = nullptr;
+      try {
+        tag = tags.current();
+      } catch (...) {  // no host memory for the tag's copy: the oom is recorded untagged
+      }
+      push(tracker_action::oom, 0, bytes, s.key(), t, tag, clock.now_us(), false, false, device_free);
     }
     if (!options.oom_dump_path.empty()) {
       try {
@@ -377,7 +393,7 @@ struct tracker_state {
       std::lock_guard lock(mutex);
       poll_locked();
       v.reserve(live.size());
-      live.for_each([&](const tracked_allocation& a) { v.push_back(a); });
+      live.for_each([&](const live_record& a) { v.push_back(a.copy()); });
     }
     std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.address < b.address; });
     return v;
@@ -404,9 +420,9 @@ struct tracker_state {
       std::lock_guard lock(mutex);
       poll_locked();
       d.live.reserve(live.size());
-      live.for_each([&](const tracked_allocation& a) { d.live.push_back(a); });
+      live.for_each([&](const live_record& a) { d.live.push_back(a.copy()); });
       d.pending.reserve(pending.size());
-      for (auto& [p, f] : pending) d.pending.push_back(f.block);  // address order already
+      for (auto& [p, f] : pending) d.pending.push_back(f.block.copy());  // address order already
       d.events.reserve(ring.size());
       ring.for_each([&](const tracker_event& e) { d.events.push_back(e); });
       d.dropped_events = ring.dropped();
