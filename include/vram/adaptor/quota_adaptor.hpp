@@ -167,7 +167,7 @@ class quota_adaptor
     detail::check_request(name(), bytes, align);
     checked(t);
     if (bytes == 0) return nullptr;
-    const std::size_t slot = detail::thread_slot::get();
+    const std::size_t slot = detail::thread_slot::get_inline();
     shard_t& sh = state_->shards[slot];
     detail::adaptor::charge_result charge{true, 0, t, 0, 0};
     if (!spend_credit(sh, t, bytes)) [[unlikely]] {
@@ -205,7 +205,7 @@ class quota_adaptor
 
   [[gnu::always_inline]] void deallocate(stream_ref s, void* p, std::size_t bytes, std::size_t align = default_alignment) noexcept {
     if (p == nullptr) return;
-    const std::size_t slot = detail::thread_slot::get();
+    const std::size_t slot = detail::thread_slot::get_inline();
     shard_t& own = state_->shards[slot];
     record r;
     bool credited = false;  // the bytes went back to own's credit, held in flight

@@ -100,7 +100,7 @@ class tracker_adaptor : public detail::adaptor::adaptor_base<tracker_adaptor<Ups
     auto ticket = state_->record_free_requested(p, bytes, s);
     if (!ticket.accepted) return;
     upstream_.deallocate(s, p, bytes, align);
-    state_->complete_after(state_, s, p, ticket);
+    if (ticket.id != 0) state_->complete_after(state_, s, p, ticket);  // else completed already
   }
 
   [[gnu::always_inline]] void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) {
@@ -171,7 +171,7 @@ class tracker_adaptor : public detail::adaptor::adaptor_base<tracker_adaptor<Ups
     if constexpr (has_stats<Upstream>) s = upstream_.stats();
     std::lock_guard lock(state_->mutex);
     s.requested_bytes = state_->live_bytes;
-    s.peak_requested_bytes = state_->peak_live_bytes;
+    s.peak_requested_bytes = state_->peak_live_bytes();
     if constexpr (!has_stats<Upstream>) {
       s.live_bytes = s.requested_bytes;
       s.peak_live_bytes = s.peak_requested_bytes;

@@ -43,7 +43,7 @@ class adaptor_counters {
   // where it costs 3.0 inlined.
   [[gnu::always_inline]] void on_allocate(tenant t, std::size_t bytes) noexcept {
     auto b = static_cast<std::int64_t>(bytes);
-    std::size_t s = thread_slot::get();
+    std::size_t s = thread_slot::get_inline();
     shard& sh = shards_[s];
     if (s < thread_slots) [[likely]] {
       std::int64_t share = sh.unpublished.load(std::memory_order_relaxed) + b;
@@ -65,7 +65,7 @@ class adaptor_counters {
 
   [[gnu::always_inline]] void on_deallocate(tenant t, std::size_t bytes) noexcept {
     auto b = static_cast<std::int64_t>(bytes);
-    std::size_t s = thread_slot::get();
+    std::size_t s = thread_slot::get_inline();
     shard& sh = shards_[s];
     unpublish(s, sh, b);
     auto& c = sh.tenants[index(t)];
@@ -77,7 +77,7 @@ class adaptor_counters {
   /// still live. The peak stays: live was at least this high before the free.
   void undo_deallocate(tenant t, std::size_t bytes) noexcept {
     auto b = static_cast<std::int64_t>(bytes);
-    std::size_t s = thread_slot::get();
+    std::size_t s = thread_slot::get_inline();
     shard& sh = shards_[s];
     published_.fetch_add(b, std::memory_order_relaxed);  // rare: published at once
     auto& c = sh.tenants[index(t)];

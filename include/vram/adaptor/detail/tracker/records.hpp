@@ -102,10 +102,8 @@ class tracker_ring {
     const std::size_t count = 1 + std::size_t{completed} + std::size_t{segment};
     pushed_ += count;
     if (capacity_ == 0) return nullptr;
-    ring_entry* e = &entries_[next_];
-    counts_[next_] = static_cast<std::uint8_t>(count);
-    e->completed = completed;
-    e->segment = segment;
+    const std::size_t at = next_;
+    ring_entry* e = &entries_[at];
     if (++next_ == capacity_) [[unlikely]] {
       next_ = 0;
       full_ = true;
@@ -113,6 +111,10 @@ class tracker_ring {
     // The next push writes there: ask for its lines now, so the stores of that push do not
     // wait for them.
     prefetch_for_write(&entries_[next_]);
+    e->completed = completed;
+    e->segment = segment;
+    // Last: a byte's store may alias any member, which the compiler would load again after it.
+    counts_[at] = static_cast<std::uint8_t>(count);
     return e;
   }
 

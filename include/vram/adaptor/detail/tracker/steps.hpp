@@ -19,23 +19,16 @@ class step_book {
  public:
   explicit step_book(const tracker_options& o) : options_(o) {}
 
-  /// Called for every allocation, with the live bytes after it.
-  void on_allocate(std::size_t live_bytes) noexcept {
-    step_peak_ = std::max(step_peak_, live_bytes);
-    ++step_allocations_;
-  }
-
   /// Closes a step: `now` (summarized live records) is what is live at the mark, `live` the
-  /// records themselves (for the sites of a leak), `now_us` the mark's time. `path` names a
-  /// tenant as `now` does.
+  /// records themselves (for the sites of a leak), `peak` the live bytes at their highest
+  /// during the step, `allocations` the tracker's allocations so far, `now_us` the mark's
+  /// time. `path` names a tenant as `now` does.
   template <class TenantPath>
   const step_summary& mark(const tracker_snapshot& now, const std::vector<tracked_allocation>& live, std::size_t reserved,
-                           std::int64_t now_us, TenantPath&& path) {
+                           std::size_t peak, std::size_t allocations, std::int64_t now_us, TenantPath&& path) {
     ++marks_;
-    step_summary s{marks_, std::max(step_peak_, now.live_bytes), now.live_bytes, reserved, step_allocations_,
-                   now.by_tenant, now.by_tag};
-    step_peak_ = now.live_bytes;
-    step_allocations_ = 0;
+    step_summary s{marks_, peak, now.live_bytes, reserved, allocations - allocations_at_mark_, now.by_tenant, now.by_tag};
+    allocations_at_mark_ = allocations;
     leaks_.clear();
     follow(leak_report::kind::tenant, now.by_tenant, live, [&](const tracked_allocation& a) { return path(a.owner); });
     follow(leak_report::kind::tag, now.by_tag, live, [](const tracked_allocation& a) { return a.tag; });
@@ -100,8 +93,7 @@ class step_book {
 
   const tracker_options& options_;
   std::size_t marks_ = 0;
-  std::size_t step_peak_ = 0;
-  std::size_t step_allocations_ = 0;
+  std::size_t allocations_at_mark_ = 0;  // the tracker's allocations at the last mark
   std::int64_t last_mark_us_ = 0;
   std::map<std::string, series> tenants_, tags_;
   std::deque<step_summary> steps_;

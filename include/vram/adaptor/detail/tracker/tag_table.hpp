@@ -22,8 +22,9 @@ namespace vram::detail::tracker {
 ///
 /// Invariants: every tag is kept at most once, and a kept tag's address never changes (the
 /// set's nodes do not move); the untagged "" is nullptr, never kept. A thread's cache names a
-/// kept tag only while its table, the table's epoch and the thread's tag generation are those
-/// it was filled at: collect() bumps the epoch before any tag goes.
+/// kept tag only while the table's version and the thread's tag generation are those it was
+/// filled at: versions are unique in the process (no two tables, even at one address, share
+/// one), and collect() takes a new one before any tag goes.
 class tag_table {
  public:
   /// The one copy of the calling thread's current tag (nullptr when untagged). Throws
@@ -31,7 +32,7 @@ class tag_table {
   [[nodiscard, gnu::always_inline]] const std::string* current() {
     const tag_slot& slot = current_tag_slot();
     thread_cache& c = cache();
-    if (c.table == id_ && c.epoch == epoch_ && c.generation == slot.generation) [[likely]]
+    if (c.version == version_ && c.generation == slot.generation) [[likely]]
       return c.tag;
     return refill(slot, c);
   }
@@ -57,7 +58,7 @@ class tag_table {
       for_each_used([&](const std::string* t) {
         if (t != nullptr) used.insert(t);
       });
-      ++epoch_;  // before any tag goes: no cache may name one
+      version_ = next_version();  // before any tag goes: no cache may name one
       for (auto it = tags_.begin(); it != tags_.end();) it = used.contains(&*it) ? std::next(it) : tags_.erase(it);
     } catch (...) {
     }
@@ -71,8 +72,7 @@ class tag_table {
 
   /// The calling thread's last answer, for one table at a time.
   struct thread_cache {
-    std::uint64_t table = 0;  // 0: none (tables count from 1)
-    std::uint64_t epoch = 0;
+    std::uint64_t version = 0;  // 0: none (versions count from 1)
     std::uint64_t generation = 0;
     const std::string* tag = nullptr;
   };
@@ -83,11 +83,11 @@ class tag_table {
 
   [[gnu::noinline]] const std::string* refill(const tag_slot& slot, thread_cache& c) {
     const std::string* t = intern(slot.tag);
-    c = {id_, epoch_, slot.generation, t};
+    c = {version_, slot.generation, t};
     return t;
   }
 
-  static std::uint64_t next_id() noexcept {
+  static std::uint64_t next_version() noexcept {
     static std::atomic<std::uint64_t> last{0};
     return last.fetch_add(1, std::memory_order_relaxed) + 1;
   }
@@ -98,8 +98,7 @@ class tag_table {
     std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
   };
 
-  std::uint64_t id_ = next_id();  // tells this table from every other, even one at the same address
-  std::uint64_t epoch_ = 0;
+  std::uint64_t version_ = next_version();
   std::unordered_set<std::string, hash, std::equal_to<>> tags_;
   std::size_t collect_at_ = first_collect;
 };
