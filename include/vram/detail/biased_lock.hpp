@@ -87,7 +87,7 @@ class biased_lock {
   static constexpr std::chrono::microseconds min_bias_time{1000};
 
   [[gnu::always_inline]] void lock() noexcept {
-    const std::size_t slot = thread_slot::get();
+    const std::size_t slot = thread_slot::get_inline();  // the adaptors' locks (a lane's: try_lock)
     if (!enter_biased(slot)) [[unlikely]]
       lock_slow(slot);
   }

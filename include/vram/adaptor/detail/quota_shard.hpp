@@ -65,7 +65,7 @@ struct alignas(64) quota_shard {
   /// thread reads it under the lock. That is safe: a block it frees was handed to it after
   /// these stores, and the owner writes them again only after settling this record, which
   /// takes the lock. So a thread that frees what it just allocated touches no table at all.
-  void set_newest(std::uintptr_t address, quota_record r) noexcept {
+  [[gnu::always_inline]] void set_newest(std::uintptr_t address, quota_record r) noexcept {
     newest_owner_.store(r.owner.id, std::memory_order_relaxed);
     newest_bytes_.store(r.bytes, std::memory_order_relaxed);
     newest_.store(address, std::memory_order_release);
@@ -125,7 +125,7 @@ struct alignas(64) quota_shard {
     return r;
   }
 
-  [[nodiscard]] quota_record newest() const noexcept {
+  [[nodiscard, gnu::always_inline]] quota_record newest() const noexcept {
     return {tenant{newest_owner_.load(std::memory_order_relaxed)}, newest_bytes_.load(std::memory_order_relaxed)};
   }
 

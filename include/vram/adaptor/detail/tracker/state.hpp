@@ -108,9 +108,14 @@ struct tracker_state {
 
   /// The calling thread's id hashed once per thread (hashing it per event cost more than the
   /// rest of an event's record).
-  static std::uint64_t thread_hash() noexcept {
-    thread_local const std::uint64_t hash = std::hash<std::thread::id>{}(std::this_thread::get_id());
+  [[gnu::always_inline]] static std::uint64_t thread_hash() noexcept {
+    thread_local constinit std::uint64_t hash = 0;  // constant-initialized: no guard to test
+    if (hash == 0) [[unlikely]]
+      hash = hash_this_thread();  // again only in the unlikely case that the hash is 0
     return hash;
+  }
+  [[gnu::noinline]] static std::uint64_t hash_this_thread() noexcept {
+    return std::hash<std::thread::id>{}(std::this_thread::get_id());
   }
 
   /// Records one call's events (inlined: on the allocation path the call and its ten
