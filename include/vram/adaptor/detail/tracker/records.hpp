@@ -85,25 +85,23 @@ static_assert(sizeof(ring_entry) == 64, "a ring entry is one cache line");
 
 /// A bounded ring of events: keeps the newest `capacity` events; `dropped()` counts the rest.
 /// It stores the newest `capacity` entries, which hold at least as many events (and perhaps
-/// some older ones, which for_each skips). A push writes its entry, the entry's count and the
-/// write position, and reads no other line of the ring: what the readers need beyond that
-/// (events stored, dropped) they count from counts_, O(capacity). Invariant: counts_[i] ==
-/// entries_[i].count() for every stored entry; entries_[0, next_) are stored, and all of
-/// them once `full_`.
+/// some older ones, which for_each skips). A push writes its entry and the write position,
+/// and reads no other line of the ring: what the readers need beyond that (events stored,
+/// dropped) they count from the stored entries, O(capacity). Invariant: entries_[0, next_)
+/// are stored, and all of them once `full_`.
 class tracker_ring {
  public:
-  explicit tracker_ring(std::size_t capacity) : entries_(capacity), counts_(capacity) {}
+  explicit tracker_ring(std::size_t capacity) : entries_(capacity) {}
 
   /// The entry of a new call's events, for the caller to fill in place but for `completed`
-  /// and `segment`, set here (they fix its count); nullptr for a ring of capacity 0 (its events count as dropped). Always inlined, as is
-  /// tracker_clock::at: on the allocation path, where GCC left them out of line once the
-  /// pool's bin path was inlined there too, each call cost a tracked pair about 1 ns.
+  /// and `segment`, set here (they fix its count); nullptr for a ring of capacity 0 (its
+  /// events count as dropped). Always inlined, as is tracker_clock::at: on the allocation
+  /// path, where GCC left them out of line once the pool's bin path was inlined there too,
+  /// each call cost a tracked pair about 1 ns.
   [[gnu::always_inline]] ring_entry* push(bool completed, bool segment) noexcept {
-    const std::size_t count = 1 + std::size_t{completed} + std::size_t{segment};
-    pushed_ += count;
+    pushed_ += 1 + std::size_t{completed} + std::size_t{segment};
     if (capacity_ == 0) return nullptr;
-    const std::size_t at = next_;
-    ring_entry* e = &entries_[at];
+    ring_entry* e = &entries_[next_];
     if (++next_ == capacity_) [[unlikely]] {
       next_ = 0;
       full_ = true;
@@ -113,8 +111,6 @@ class tracker_ring {
     prefetch_for_write(&entries_[next_]);
     e->completed = completed;
     e->segment = segment;
-    // Last: a byte's store may alias any member, which the compiler would load again after it.
-    counts_[at] = static_cast<std::uint8_t>(count);
     return e;
   }
 
@@ -145,7 +141,7 @@ class tracker_ring {
   [[nodiscard]] std::size_t stored_entries() const noexcept { return full_ ? capacity_ : next_; }
   [[nodiscard]] std::size_t stored_events() const noexcept {
     std::size_t n = 0;
-    for (std::size_t i = 0, stored = stored_entries(); i < stored; ++i) n += counts_[i];
+    for (std::size_t i = 0, stored = stored_entries(); i < stored; ++i) n += entries_[i].count();
     return n;
   }
 
@@ -158,7 +154,6 @@ class tracker_ring {
   }
 
   std::vector<ring_entry> entries_;   // capacity entries, each holding one event or more
-  std::vector<std::uint8_t> counts_;  // counts_[i] == entries_[i].count() for a stored entry
   std::size_t capacity_ = entries_.size();  // kept: entries_.size() is a division by the entry's size
   std::size_t next_ = 0;              // where the next entry goes
   bool full_ = false;                 // every entry stored: the ring has wrapped

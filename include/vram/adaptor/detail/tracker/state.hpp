@@ -200,9 +200,7 @@ struct tracker_state {
     vram::detail::biased_guard lock(mutex);
     poll_locked();
     const std::int64_t now = clock.at(ticks);
-    if (tags.full()) [[unlikely]]
-      collect_tags();
-    const std::string* tag = tags.current();        // throws bad_alloc having kept nothing new
+    const std::string* tag = tags.current([&] { collect_tags(); });  // throws bad_alloc having kept nothing new
     auto [record, added] = live.find_or_insert(p);  // throws bad_alloc having changed nothing
     live_record& r = *record;
     if (!added) {
@@ -367,7 +365,7 @@ struct tracker_state {
       ++ooms;
       const std::string* tag = nullptr;
       try {
-        tag = tags.current();
+        tag = tags.current([&] { collect_tags(); });
       } catch (...) {  // no host memory for the tag's copy: the oom is recorded untagged
       }
       push(tracker_action::oom, 0, bytes, s.key(), t, tag, clock.now_us(), false, false, device_free);

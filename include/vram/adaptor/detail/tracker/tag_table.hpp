@@ -27,13 +27,16 @@ namespace vram::detail::tracker {
 /// one), and collect() takes a new one before any tag goes.
 class tag_table {
  public:
-  /// The one copy of the calling thread's current tag (nullptr when untagged). Throws
-  /// std::bad_alloc, having kept nothing new.
-  [[nodiscard, gnu::always_inline]] const std::string* current() {
+  /// The one copy of the calling thread's current tag (nullptr when untagged). When a tag
+  /// is to be kept and the table is full(), calls `collect` first (which may collect()).
+  /// Throws std::bad_alloc, having kept nothing new.
+  template <class Collect>
+  [[nodiscard, gnu::always_inline]] const std::string* current(Collect&& collect) {
     const tag_slot& slot = current_tag_slot();
     thread_cache& c = cache();
     if (c.version == version_ && c.generation == slot.generation) [[likely]]
       return c.tag;
+    if (full()) collect();
     return refill(slot, c);
   }
 
