@@ -23,6 +23,7 @@
 //                                   each on its own host stream (does the pair scale?)
 //   pool/quota_adaptor              quota_adaptor over the pool, two levels
 //   pool/tracker_adaptor            tracker_adaptor over the pool
+//   pool/tracker_adaptor/tagged     the same inside a tag_scope (the tag recorded with each event)
 //   pool/tracker_adaptor/event_log  the same, appending every event to its event log (a file in
 //                                   the temp directory, removed as soon as it is open)
 //   pool/statistics+quota+tracker   tracker{quota{statistics{ref(pool)}}}
@@ -49,6 +50,7 @@
 #include <vram/core/host_stream.hpp>
 #include <vram/core/observer.hpp>
 #include <vram/core/ref.hpp>
+#include <vram/core/tag_scope.hpp>
 #include <vram/source/host_source.hpp>
 
 namespace {
@@ -226,6 +228,12 @@ void pool_tracker(benchmark::State& state) {
   vram::tracker_adaptor r{vram::ref(pool)};
   pair_loop(state, r);
 }
+void pool_tracker_tagged(benchmark::State& state) {
+  pool_t pool;
+  vram::tracker_adaptor r{vram::ref(pool)};
+  vram::tag_scope tag("decoder.layer12.self_attn.q_proj");  // a module path, as frameworks name them
+  pair_loop(state, r);
+}
 void pool_tracker_event_log(benchmark::State& state) {
   pool_t pool;
   std::string path = "/tmp/vram-bench-event-log-" + std::to_string(::getpid()) + ".csv";
@@ -269,6 +277,7 @@ BENCHMARK(pool_statistics)->Name("pool/statistics_adaptor");
 BENCHMARK(pool_statistics_own_stream)->Name("pool/statistics_adaptor/own_stream")->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(pool_quota)->Name("pool/quota_adaptor");
 BENCHMARK(pool_tracker)->Name("pool/tracker_adaptor");
+BENCHMARK(pool_tracker_tagged)->Name("pool/tracker_adaptor/tagged");
 BENCHMARK(pool_tracker_event_log)->Name("pool/tracker_adaptor/event_log");
 BENCHMARK(pool_stack)->Name("pool/statistics+quota+tracker");
 BENCHMARK(pool_ledger)->Name("pool/ledger_quota_adaptor");
