@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <map>
 #include <random>
+#include <semaphore>
 #include <string>
 #include <thread>
 #include <vector>
@@ -172,4 +173,58 @@ TEST_CASE("tracker_adaptor: tags of live allocations and events through thousand
     for (const held& h : v) (h.in_a ? a : b).deallocate_sync(h.p, h.bytes);
   CHECK(a.live_allocations().empty());
   CHECK(b.live_allocations().empty());
+}
+
+TEST_CASE("tracker_adaptor: tags stay whole through collections: live records, the ring, a thread's cached tag",
+          "[adaptor][tracker]") {
+  vram::tracker_options options;
+  options.event_capacity = 4096;  // about 800 pairs: the ring spans collections
+  vram::tracker_adaptor<vram::host_source> tr(vram::host_source{}, options);
+  void* kept = nullptr;
+  {
+    vram::tag_scope scope("kept.block");
+    kept = tr.allocate_sync(64);
+  }
+  // A thread whose tag scope outlives collections that drop its tag: its cache must not
+  // answer with the dropped copy.
+  std::binary_semaphore cached(0), churned(0);
+  std::string late_tag;
+  std::thread worker([&] {
+    vram::tag_scope scope("cached.tag");
+    tr.deallocate_sync(tr.allocate_sync(16), 16);
+    cached.release();
+    churned.acquire();
+    void* p = tr.allocate_sync(16);
+    for (const vram::tracked_allocation& a : tr.live_allocations())
+      if (a.address == p) late_tag = a.tag;
+    tr.deallocate_sync(p, 16);
+  });
+  cached.acquire();
+  std::string name;  // one buffer for every tag
+  for (int i = 0; i < 6000; ++i) {
+    name = "churn." + std::to_string(i);
+    vram::tag_scope scope(name.c_str());
+    tr.deallocate_sync(tr.allocate_sync(32), 32);
+  }
+  churned.release();
+  worker.join();
+  CHECK(late_tag == "cached.tag");
+
+  const auto live = tr.live_allocations();
+  REQUIRE(live.size() == 1);
+  CHECK(live[0].tag == "kept.block");
+  // The ring's oldest entries were written before the last collections: each pair's events
+  // carry the tag the pair was made under, whole.
+  std::map<std::uint64_t, std::string> open_tag;
+  std::size_t churn_events = 0;
+  for (const vram::tracker_event& e : tr.events()) {
+    const std::string tag = e.tag.data();
+    if (e.action == vram::tracker_action::segment_alloc) open_tag[e.address] = tag;
+    else if (auto it = open_tag.find(e.address); it != open_tag.end()) REQUIRE(tag == it->second);
+    if (tag.rfind("churn.", 0) == 0) ++churn_events;
+    else REQUIRE(tag == "cached.tag");
+  }
+  CHECK(churn_events > 3000);
+  tr.deallocate_sync(kept, 64);
+  tr.check_invariants();
 }
