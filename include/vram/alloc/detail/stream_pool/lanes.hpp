@@ -127,8 +127,9 @@ struct alignas(64) lane {  // its own cache lines: threads on other streams neve
   // deallocate() must stay free of calls on it. Left to GCC, these stay inline in a bare
   // pool's loop but are outlined once the pool is inlined into an adaptor over it (the
   // inliner's budget for the caller runs out), and the pair under statistics_adaptor pays
-  // several ns for the calls. (thread_slot::get is left to GCC: always inlined, it cost the
-  // bare pair 0.6 ns at -O2, scripts/pair-ab, for 1.3 ns under quota_adaptor.)
+  // several ns for the calls. (thread_slot::get is left to GCC here: always inlined, it cost
+  // the bare pair 0.6 ns at -O2, scripts/pair-ab; the adaptors over the pool call
+  // thread_slot::get_inline instead, which their pairs need.)
 
   /// Books a block of this lane.
   [[gnu::always_inline]] void book(std::size_t size, std::size_t bytes) noexcept {
