@@ -194,7 +194,7 @@ class tracker_adaptor : public detail::adaptor::adaptor_base<tracker_adaptor<Ups
 #if VRAM_DEBUG
     std::lock_guard lock(state_->mutex);
     std::size_t sum = 0;
-    state_->live.for_each([&](const auto& a) { sum += a.bytes; });
+    state_->live.for_each([&](const detail::tracker::live_record& a) { sum += a.bytes; });
     if (sum != state_->live_bytes) throw std::logic_error("tracker_adaptor: live bytes != sum of records");
     if (state_->live.size() != state_->allocations - state_->deallocations)
       throw std::logic_error("tracker_adaptor: live records != allocations - deallocations");

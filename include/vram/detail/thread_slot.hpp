@@ -26,7 +26,8 @@ class thread_slot {
   /// pair 0.6 ns).
   static std::size_t get() noexcept { return get_inline(); }
   /// get(), always inlined: for the adaptors' paths, where GCC calls get() out of line once
-  /// the pool is inlined under them (a quota_adaptor pair over the pool 1.2 ns dearer).
+  /// the pool is inlined under them (a quota_adaptor pair over the pool 1.2 ns dearer:
+  /// bench.adaptor_overhead, pool/quota_adaptor).
   [[gnu::always_inline]] static std::size_t get_inline() noexcept {
     std::size_t i = thread_slot_index;
     if (i == unassigned_thread_slot) [[unlikely]] i = thread_slot_index = acquire();

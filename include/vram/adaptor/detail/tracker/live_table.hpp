@@ -53,7 +53,8 @@ class live_table {
   /// `p`'s record and false when it is live here; else a new record for `p` (its address
   /// set, the caller fills the rest) and true. One probe. Throws std::bad_alloc having
   /// changed nothing. Always inlined, as bucket_of and erase_bucket: on the tracker's
-  /// allocation path, where GCC left it out of line, the call cost a tracked pair 1-2 ns.
+  /// allocation path, where GCC left it out of line, the call cost a tracked pair 1-2 ns
+  /// (bench.adaptor_overhead, pool/tracker_adaptor).
   [[gnu::always_inline]] std::pair<live_record*, bool> find_or_insert(const void* p) {
     if ((size_ + 1) * 2 > mask_ + 1) grow();  // not size(): a division by the record's size
     std::size_t b = home(p);

@@ -173,7 +173,8 @@ struct tracker_state {
   /// `own_segment`: the allocation is reported as a segment of its own (adaptor mode).
   /// Throws bad_alloc (no host memory for the record), having recorded nothing of `p`.
   /// Always inlined, as record_free_requested: out of line, the calls, their arguments and
-  /// the registers saved around them cost a tracked pair about 3 ns of its 40.
+  /// the registers saved around them cost a tracked pair over the pool about 3 ns of its 40
+  /// (bench.adaptor_overhead, pool/tracker_adaptor).
   [[gnu::always_inline]] void record_allocate(const void* p, std::size_t bytes, stream_ref s, tenant t,
                                               bool own_segment = true) {
     if (options.capture_stacks) [[unlikely]]
