@@ -1,5 +1,6 @@
-// detail::biased_lock: mutual exclusion between the thread it is biased to (on the bias and
-// off it) and the others, the bias moving between threads, revocation, and a forked child.
+// detail::biased_lock: mutual exclusion (lock, try_lock, try_enter) between the thread it is
+// biased to (on the bias and off it) and the others, the bias moving between threads,
+// revocation, and a forked child.
 
 #include <catch2/catch.hpp>
 
@@ -148,7 +149,7 @@ TEST_CASE("biased_lock: a thread past the thread slots is never biased, and a sl
   CHECK(lock.biased_to() == me);
 }
 
-TEST_CASE("biased_lock: try_lock fails, not waits, while another thread is inside, on its bias or not", "[detail][biased_lock]") {
+TEST_CASE("biased_lock: try_lock and try_enter fail, not wait, while another thread is inside, on its bias or not", "[detail][biased_lock]") {
   for (const bool biased : {false, true}) {
     biased_lock lock;
     std::atomic<int> phase{0};
@@ -163,6 +164,7 @@ TEST_CASE("biased_lock: try_lock fails, not waits, while another thread is insid
     });
     while (phase.load() != 1) std::this_thread::yield();
     CHECK_FALSE(lock.try_lock());
+    CHECK_FALSE(lock.try_enter());
     phase = 2;
     holder.join();
     CHECK((holder_bias != thread_slots) == (biased && heavy_barrier::available()));
@@ -241,14 +243,21 @@ TEST_CASE("biased_lock: the bias moves between threads that come in bursts, and 
       for (int b = 0; b < bursts; ++b) {
         const int burst = std::uniform_int_distribution<int>(1, 4 * int{biased_lock::rebias_after})(rng);
         for (int i = 0; i < burst; ++i) {
-          if (rng() % 4 == 0) {
+          const auto how = rng() % 4;  // 0: try_lock, 1: try_enter (left by leave), else lock
+          biased_lock::entry in;
+          if (how == 0) {
             if (!lock.try_lock()) continue;
+          } else if (how == 1) {
+            if (!(in = lock.try_enter())) continue;
           } else {
             lock.lock();
           }
           s.run();
           const bool mine = lock.biased_to() == thread_slot::get();
-          lock.unlock();
+          if (how == 1)
+            lock.leave(in);
+          else
+            lock.unlock();
           entries.fetch_add(1, std::memory_order_relaxed);
           if (mine) on_bias.fetch_add(1, std::memory_order_relaxed);
         }

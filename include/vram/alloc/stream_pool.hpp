@@ -162,14 +162,15 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     // goes to the heap in one call; everything else (a bin miss, a contended lane, zero
     // bytes, bad input) is out of line too.
     if (bytes - 1 < options_.small_max && align - 1 < quantum && (align & (align - 1)) == 0) [[likely]] {
-      if (lane* l = cached_lane(s.key()); l != nullptr && l->mutex.try_lock()) [[likely]] {
-        block* b = l->bin_take(align_up(bytes, quantum), bytes);
-        l->mutex.unlock();
-        if (b == nullptr) [[unlikely]]
-          return take_for_lane(*l, s, bytes);
-        observer_.on_allocate(reinterpret_cast<void*>(b->addr), bytes, s);
-        return reinterpret_cast<void*>(b->addr);
-      }
+      if (const auto& cache = last_lane_; cache.pool == id_ && cache.key == s.key()) [[likely]]
+        if (lane* l = cache.l; auto in = l->mutex.try_enter()) [[likely]] {  // a hit's lane: never nullptr
+          block* b = l->bin_take(align_up(bytes, quantum), bytes);
+          l->mutex.leave(in);
+          if (b == nullptr) [[unlikely]]
+            return take_for_lane(*l, s, bytes);
+          observer_.on_allocate(reinterpret_cast<void*>(b->addr), bytes, s);
+          return reinterpret_cast<void*>(b->addr);
+        }
     } else if (bytes > options_.small_max) {
       return allocate_from_heap(s, bytes, align);
     }
@@ -193,22 +194,24 @@ class stream_pool : public forward_properties<stream_pool<Upstream, Observer>, U
     // a block of the calling thread's last lane, its lock free and its bin with room.
     // Everything else (nullptr, zero bytes, misuse, a full bin, another stream's block, a
     // contended lane) is out of line.
-    if (bytes > options_.small_max) return deallocate_slow(s, p, bytes);  // a heap block (or misuse)
-    bool small = align <= quantum;  // with bytes <= small_max: may be a lane's block
-    if (small && p != nullptr && bytes != 0) [[likely]] {  // bytes 0 would match a cached block
-      if (lane* l = cached_lane(s.key()); l != nullptr && l->mutex.try_lock()) [[likely]] {
-        bool cached = false;
-        if (block** found = l->live.find(reinterpret_cast<std::uintptr_t>(p)))
-          cached = (*found)->requested == bytes && !l->stream.stale(s) &&
-                   l->bin_give(*found, align_up(bytes, quantum), options_.bin_capacity, options_.lane_cache_bytes);
-        l->mutex.unlock();
-        if (cached) [[likely]] {
-          observer_.on_deallocate(p, bytes, s);
-          return;
+    // bytes 0 would match a cached block: bytes - 1 < small_max excludes it too.
+    if (bytes - 1 < options_.small_max && align <= quantum && p != nullptr) [[likely]] {
+      if (const auto& cache = last_lane_; cache.pool == id_ && cache.key == s.key()) [[likely]]
+        if (lane* l = cache.l; auto in = l->mutex.try_enter()) [[likely]] {  // a hit's lane: never nullptr
+          bool cached = false;
+          if (block** found = l->live.find(reinterpret_cast<std::uintptr_t>(p)))
+            cached = (*found)->requested == bytes && !l->stream.stale(s) &&
+                     l->bin_give(*found, align_up(bytes, quantum), options_.bin_capacity, options_.lane_cache_bytes);
+          l->mutex.leave(in);
+          if (cached) [[likely]] {
+            observer_.on_deallocate(p, bytes, s);
+            return;
+          }
         }
-      }
+    } else if (bytes > options_.small_max) {
+      return deallocate_slow(s, p, bytes);  // a heap block (or misuse)
     }
-    deallocate_other(s, p, bytes, small);
+    deallocate_other(s, p, bytes, align <= quantum);
   }
 
   void* allocate_sync(std::size_t bytes, std::size_t align = default_alignment) {

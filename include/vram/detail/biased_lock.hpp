@@ -108,6 +108,30 @@ class biased_lock {
       lock_.unlock();
   }
 
+  /// How try_enter() came in, for leave(): on the bias (by the thread's flag), through the
+  /// spin_lock, or not at all (false).
+  struct entry {
+    std::atomic<bool>* flag = nullptr;  // the entering thread's flag, when it came in on the bias
+    bool held = false;
+    explicit operator bool() const noexcept { return held; }
+  };
+  /// try_lock() for a section left by leave(): the entry says how it came in, so leaving
+  /// reads no thread-local and no flag (the bin path's pair, two fewer loads and a branch).
+  [[gnu::always_inline]] entry try_enter() noexcept {
+    const std::size_t slot = thread_slot::get();
+    if (enter_biased(slot)) [[likely]]
+      return {&in_[slot], true};
+    if (lock_.try_lock() && entered_spin_lock(slot)) return {nullptr, true};
+    return {};
+  }
+  /// Ends the section of `e` (pre: e held, by this thread).
+  [[gnu::always_inline]] void leave(entry e) noexcept {
+    if (e.flag != nullptr) [[likely]]
+      e.flag->store(false, std::memory_order_release);
+    else
+      lock_.unlock();
+  }
+
   /// True while the lock is biased to a thread (for tests).
   [[nodiscard]] bool biased() const noexcept { return bias_.load(std::memory_order_relaxed) != 0; }
   /// The thread slot the lock is biased to, or thread_slots when none (for tests).

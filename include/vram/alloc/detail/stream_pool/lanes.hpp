@@ -123,7 +123,7 @@ struct alignas(64) lane {  // its own cache lines: threads on other streams neve
   // free credits the lane instead, without its lock: heap_credit): no atomic
   // read-modify-write on the bin path. Every member below: pre: this lane's lock held.
   // Everything the bin path calls is always inlined (here, in bin, ledger, flat_map::find,
-  // size_classes::index and biased_lock::try_lock): stream_pool's allocate() and
+  // size_classes::index and biased_lock::try_enter and leave): stream_pool's allocate() and
   // deallocate() must stay free of calls on it. Left to GCC, these stay inline in a bare
   // pool's loop but are outlined once the pool is inlined into an adaptor over it (the
   // inliner's budget for the caller runs out), and the pair under statistics_adaptor pays
