@@ -87,12 +87,12 @@ class biased_lock {
   static constexpr std::chrono::microseconds min_bias_time{1000};
 
   [[gnu::always_inline]] void lock() noexcept {
-    const std::size_t slot = thread_slot::get_inline();  // the adaptors' locks (a lane's: try_lock)
+    const std::size_t slot = thread_slot::get_inline();  // the adaptors' locks (a lane's: try_enter)
     if (!enter_biased(slot)) [[unlikely]]
       lock_slow(slot);
   }
   /// Never waits: false while another thread holds the lock (or is inside on its bias).
-  /// Off the bias the whole entry is inline too: where threads take turns on the lock (two
+  /// Off the bias the whole entry is inline too (here and in try_enter): where threads take turns on the lock (two
   /// on one stream), a call between the exchange and the section lets the other thread in
   /// between every two entries, and each handover moves the lock's lines (a fifth of their
   /// throughput on two vCPUs of an Intel guest: bench.pool_hot_path, one_stream/256).
