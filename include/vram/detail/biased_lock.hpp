@@ -91,23 +91,6 @@ class biased_lock {
     if (!enter_biased(slot)) [[unlikely]]
       lock_slow(slot);
   }
-  /// Never waits: false while another thread holds the lock (or is inside on its bias).
-  /// Off the bias the whole entry is inline too (here and in try_enter): where threads take turns on the lock (two
-  /// on one stream), a call between the exchange and the section lets the other thread in
-  /// between every two entries, and each handover moves the lock's lines (a fifth of their
-  /// throughput on two vCPUs of an Intel guest: bench.pool_hot_path, one_stream/256).
-  [[gnu::always_inline]] bool try_lock() noexcept {
-    const std::size_t slot = thread_slot::get();
-    return enter_biased(slot) || (lock_.try_lock() && entered_spin_lock(slot));
-  }
-  [[gnu::always_inline]] void unlock() noexcept {
-    const std::size_t slot = thread_slot_index;  // as lock() saw it: a slot changes only at thread exit
-    if (slot < thread_slots && in_[slot].load(std::memory_order_relaxed)) [[likely]]  // only this thread writes it
-      in_[slot].store(false, std::memory_order_release);
-    else
-      lock_.unlock();
-  }
-
   /// How try_enter() came in, for leave(): on the bias (by the thread's flag), through the
   /// spin_lock, or not at all (false).
   struct entry {
@@ -115,8 +98,13 @@ class biased_lock {
     bool held = false;
     explicit operator bool() const noexcept { return held; }
   };
-  /// try_lock() for a section left by leave(): the entry says how it came in, so leaving
-  /// reads no thread-local and no flag (the bin path's pair, two fewer loads and a branch).
+  /// Never waits: not held while another thread holds the lock (or is inside on its bias).
+  /// The entry says how it came in, so leave() reads no thread-local and no flag (the pool's
+  /// bin path: two loads and a branch fewer a call than unlock()). Off the bias the whole
+  /// entry is inline too: where threads take turns on the lock (two on one stream), a call
+  /// between the exchange and the section lets the other thread in between every two entries,
+  /// and each handover moves the lock's lines (a fifth of their throughput on two vCPUs of an
+  /// Intel guest: bench.pool_hot_path, one_stream/256).
   [[gnu::always_inline]] entry try_enter() noexcept {
     const std::size_t slot = thread_slot::get();
     if (enter_biased(slot)) [[likely]]
@@ -128,6 +116,15 @@ class biased_lock {
   [[gnu::always_inline]] void leave(entry e) noexcept {
     if (e.flag != nullptr) [[likely]]
       e.flag->store(false, std::memory_order_release);
+    else
+      lock_.unlock();
+  }
+  /// try_enter() for Lockable callers, which leave by unlock().
+  [[gnu::always_inline]] bool try_lock() noexcept { return static_cast<bool>(try_enter()); }
+  [[gnu::always_inline]] void unlock() noexcept {
+    const std::size_t slot = thread_slot_index;  // as lock() saw it: a slot changes only at thread exit
+    if (slot < thread_slots && in_[slot].load(std::memory_order_relaxed)) [[likely]]  // only this thread writes it
+      in_[slot].store(false, std::memory_order_release);
     else
       lock_.unlock();
   }
